@@ -8,6 +8,21 @@
 
 use thiserror::Error;
 
+pub mod blocks;
+pub mod dequant;
+pub mod quantize;
+pub mod random;
+
+pub use blocks::{
+    get_scale_min_k4, unpack_q3k_scales, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, K_SCALE_SIZE, QK32, QK_K,
+};
+pub use dequant::{
+    bf16_to_f32, can_dequantize, dequantize_block, dequantize_row, dequantize_to_vec, f16_to_f32, f32_to_f16,
+};
+pub use quantize::{quantize_row_q8_0, quantize_row_q8_k};
+pub use random::random_blocks;
+
 /// Errors from layout computations and (de)quantization.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum QuantError {
@@ -27,6 +42,14 @@ pub enum QuantError {
         /// Block size of the type.
         block: usize,
     },
+    /// The byte size of `n` elements does not fit in `usize`.
+    #[error("{ty}: byte size of {n} elements overflows usize")]
+    Overflow {
+        /// Type name.
+        ty: &'static str,
+        /// Elements requested.
+        n: usize,
+    },
     /// A byte buffer has the wrong length for the requested elements.
     #[error("{ty}: {n} elements need {expected} bytes, got {got}")]
     WrongByteLength {
@@ -44,6 +67,7 @@ pub enum QuantError {
 /// A GGML element type, with the numeric ids used in GGUF files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
+#[allow(non_camel_case_types)]
 pub enum GgmlType {
     /// IEEE binary32.
     F32 = 0,
@@ -59,7 +83,7 @@ pub enum GgmlType {
     Q5_1 = 7,
     /// 32-element blocks: f16 scale + int8 values.
     Q8_0 = 8,
-    /// 32-element blocks: f32 scale, f32 sum + int8 values.
+    /// 32-element blocks: f16 scale, f16 scaled sum + int8 values.
     Q8_1 = 9,
     /// 256-element super-blocks, 2-bit.
     Q2_K = 10,
@@ -148,7 +172,7 @@ impl GgmlType {
     }
 
     /// Elements per block (1 for plain scalar types).
-    pub fn block_size(self) -> usize {
+    pub const fn block_size(self) -> usize {
         match self {
             GgmlType::Q4_0
             | GgmlType::Q4_1
@@ -167,7 +191,7 @@ impl GgmlType {
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> usize {
+    pub const fn type_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::I32 => 4,
             GgmlType::F16 | GgmlType::BF16 | GgmlType::I16 => 2,
@@ -178,7 +202,9 @@ impl GgmlType {
             GgmlType::Q5_0 => 2 + 4 + 16,
             GgmlType::Q5_1 => 2 + 2 + 4 + 16,
             GgmlType::Q8_0 => 2 + 32,
-            GgmlType::Q8_1 => 4 + 4 + 32,
+            // ggml's block_q8_1 is two f16 (d, s) + 32 int8 = 36 bytes (gguf-py's table
+            // still says 40, but no file stores Q8_1; ggml itself is authoritative).
+            GgmlType::Q8_1 => 2 + 2 + 32,
             GgmlType::Q2_K => 256 / 16 + 256 / 4 + 2 + 2,
             GgmlType::Q3_K => 256 / 8 + 256 / 4 + 12 + 2,
             GgmlType::Q4_K => 2 + 2 + 12 + 256 / 2,
@@ -189,7 +215,7 @@ impl GgmlType {
     }
 
     /// True for block-quantized formats (block size > 1).
-    pub fn is_quantized(self) -> bool {
+    pub const fn is_quantized(self) -> bool {
         self.block_size() > 1
     }
 
@@ -199,7 +225,7 @@ impl GgmlType {
         if n % b != 0 {
             return Err(QuantError::RowNotBlockMultiple { ty: self.name(), n, block: b });
         }
-        Ok(n / b * self.type_size())
+        (n / b).checked_mul(self.type_size()).ok_or(QuantError::Overflow { ty: self.name(), n })
     }
 }
 

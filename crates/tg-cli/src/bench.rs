@@ -1,0 +1,161 @@
+//! `tg bench`: prompt processing (pp) and generation (tg) throughput, reported like
+//! llama-bench (same markdown columns; JSON rows with llama-bench's field names) so the
+//! two tools' outputs can be read side by side.
+//!
+//! pp N: one forward pass over N random tokens. tg N: N tokens generated one after
+//! another from a single start token. Each test runs once to warm up (plans compiled and
+//! cached), then `-r` timed repetitions.
+
+use crate::model_path;
+use clap::{Args, ValueEnum};
+use rand::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::time::Instant;
+use tg_models::{Gemma3, Logits};
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub enum Format {
+    Md,
+    Json,
+}
+
+/// Arguments of `tg bench`.
+#[derive(Args)]
+pub struct BenchArgs {
+    /// GGUF model (default model if omitted).
+    #[arg(short, long)]
+    model: Option<PathBuf>,
+    /// Prompt lengths to test, comma separated (0 or empty = none).
+    #[arg(short = 'p', long = "n-prompt", default_value = "512", value_delimiter = ',')]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test, comma separated.
+    #[arg(short = 'n', long = "n-gen", default_value = "128", value_delimiter = ',')]
+    n_gen: Vec<usize>,
+    /// Thread counts, comma separated.
+    #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Repetitions per test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
+    output: Format,
+}
+
+struct Row {
+    n_prompt: usize,
+    n_gen: usize,
+    threads: usize,
+    samples_ns: Vec<u64>,
+}
+
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 { v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+    (m, var.sqrt())
+}
+
+fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
+    let vocab = m.config.n_vocab as u32;
+    let t0 = Instant::now();
+    if n_prompt > 0 {
+        let mut toks = vec![m.tokenizer.bos()];
+        toks.extend((1..n_prompt).map(|_| rng.gen_range(0..vocab)));
+        m.forward(&toks, Logits::Last).map_err(|e| e.to_string())?;
+    } else {
+        let mut toks = vec![m.tokenizer.bos()];
+        for _ in 0..n_gen {
+            m.forward(&toks, Logits::Last).map_err(|e| e.to_string())?;
+            toks.push(rng.gen_range(0..vocab));
+        }
+    }
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
+pub fn run(a: BenchArgs) -> Result<(), String> {
+    if a.reps == 0 {
+        return Err("--repetitions must be at least 1".into());
+    }
+    let path = model_path::resolve(a.model.clone())?;
+    let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
+    let mut rows = Vec::new();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
+    let mut info = (String::new(), 0u64);
+    for &threads in &a.threads {
+        let mut m = Gemma3::load(&path, threads).map_err(|e| e.to_string())?;
+        let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
+        let name = m.file().get_str("general.name").unwrap_or("model").to_string();
+        info = (name, n_params);
+        let mut tests: Vec<(usize, usize)> = a.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0)).collect();
+        tests.extend(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        for (p, n) in tests {
+            run_test(&mut m, p, n, &mut rng)?; // warm-up: compiles and caches plans
+            let mut samples = Vec::new();
+            for _ in 0..a.reps {
+                samples.push(run_test(&mut m, p, n, &mut rng)?);
+            }
+            rows.push(Row { n_prompt: p, n_gen: n, threads, samples_ns: samples });
+            if n > 0 {
+                m.clear_plans();
+            }
+        }
+    }
+    let isa = format!("{:?}", tg_kernels::isa());
+    match a.output {
+        Format::Md => {
+            println!("| model                          |       size |     params | backend    | threads |            test |                  t/s |");
+            println!("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |");
+            for r in &rows {
+                let ntok = (r.n_prompt + r.n_gen) as f64;
+                let ts: Vec<f64> = r.samples_ns.iter().map(|&ns| ntok / (ns as f64 / 1e9)).collect();
+                let (m, s) = mean_std(&ts);
+                let test = if r.n_prompt > 0 { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) };
+                println!(
+                    "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+                    format!("{} (tensor-graphs)", info.0),
+                    format!("{:.2} MiB", size as f64 / 1048576.0),
+                    format!("{:.2} M", info.1 as f64 / 1e6),
+                    format!("CPU {isa}"),
+                    r.threads,
+                    test,
+                    format!("{m:.2} ± {s:.2}")
+                );
+            }
+        }
+        Format::Json => {
+            let out: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| {
+                    let ntok = (r.n_prompt + r.n_gen) as f64;
+                    let ts: Vec<f64> = r.samples_ns.iter().map(|&ns| ntok / (ns as f64 / 1e9)).collect();
+                    let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+                    let (avg_ns, std_ns) = mean_std(&ns);
+                    let (avg_ts, std_ts) = mean_std(&ts);
+                    serde_json::json!({
+                        "build_commit": "tensor-graphs",
+                        "build_number": 0,
+                        "cpu_info": isa,
+                        "backends": "CPU",
+                        "model_filename": path.display().to_string(),
+                        "model_type": info.0,
+                        "model_size": size,
+                        "model_n_params": info.1,
+                        "n_threads": r.threads,
+                        "n_prompt": r.n_prompt,
+                        "n_gen": r.n_gen,
+                        "n_depth": 0,
+                        "avg_ns": avg_ns.round() as u64,
+                        "stddev_ns": std_ns.round() as u64,
+                        "avg_ts": avg_ts,
+                        "stddev_ts": std_ts,
+                        "samples_ns": r.samples_ns,
+                        "samples_ts": ts,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! `tg`: the Tensor Graphs command line.
+//!
+//! - `tg generate` streams a continuation of a prompt (Gemma 3 GGUF).
+//! - `tg bench` measures prompt processing and generation like llama-bench.
+//! - `tg plan` compiles the model for a sequence length and prints what each stage did.
+//! - `tg tokenize` shows token ids and pieces.
+//! - `tg fetch-model` downloads the default model into the cache.
+
+mod bench;
+mod model_path;
+
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tg_models::{Gemma3, Logits, SamplingParams};
+
+#[derive(Parser)]
+#[command(name = "tg", version, about = "Tensor Graphs: compile and run ML models")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text from a prompt.
+    Generate {
+        /// GGUF model (default: Gemma 3 270M Q4_K_M, downloaded if missing).
+        #[arg(short, long)]
+        model: Option<PathBuf>,
+        /// The prompt.
+        #[arg(short, long)]
+        prompt: String,
+        /// Number of tokens to generate.
+        #[arg(short = 'n', long = "n-predict", default_value_t = 32)]
+        n: usize,
+        /// Sampling temperature; 0 = greedy (argmax, first index on ties).
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Top-k filter (0 = off).
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        /// Top-p (nucleus) filter (1 = off).
+        #[arg(long, default_value_t = 0.95)]
+        top_p: f32,
+        /// RNG seed for sampling.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Worker threads (0 = all cores).
+        #[arg(short, long, default_value_t = 0)]
+        threads: usize,
+        /// Print one JSON object instead of streaming text.
+        #[arg(long)]
+        json: bool,
+        /// Do not add the BOS token before the prompt.
+        #[arg(long)]
+        no_bos: bool,
+    },
+    /// Benchmark prompt processing and generation (llama-bench compatible output).
+    Bench(bench::BenchArgs),
+    /// Compile the model for a sequence length and report the compiler stages.
+    Plan {
+        /// GGUF model (default model if omitted).
+        #[arg(short, long)]
+        model: Option<PathBuf>,
+        /// Sequence length to compile for.
+        #[arg(short, long, default_value_t = 5)]
+        seq: usize,
+        /// Print every step of the plan.
+        #[arg(long)]
+        explain: bool,
+        /// Switch compiler stages off (e.g. `--no-stage views`).
+        #[arg(long = "no-stage")]
+        no_stage: Vec<String>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tokenize text and print ids with their pieces.
+    Tokenize {
+        /// GGUF model (default model if omitted).
+        #[arg(short, long)]
+        model: Option<PathBuf>,
+        /// Text to tokenize.
+        text: String,
+        /// Recognise special-token text such as `<start_of_turn>`.
+        #[arg(long)]
+        special: bool,
+        /// Add BOS.
+        #[arg(long)]
+        bos: bool,
+    },
+    /// Download the default model into the cache and print its path.
+    FetchModel,
+}
+
+type Res<T> = Result<T, String>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
+    let path = model_path::resolve(model)?;
+    Gemma3::load(&path, threads).map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Res<()> {
+    match cli.cmd {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos } => {
+            let t0 = std::time::Instant::now();
+            let mut m = load(model, threads)?;
+            let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let ids = m.tokenizer.encode(&prompt, !no_bos, true);
+            let params = SamplingParams { temperature, top_k, top_p, seed };
+            let tok = m.tokenizer.clone();
+            let mut dec = tg_tokenizer_stream(&tok);
+            let mut stdout = std::io::stdout().lock();
+            if !json {
+                let _ = write!(stdout, "{prompt}");
+                let _ = stdout.flush();
+            }
+            let (out, timings) = m
+                .generate_tokens(&ids, n, &params, |t| {
+                    if !json {
+                        if let Ok(s) = dec.push(t) {
+                            let _ = write!(stdout, "{s}");
+                            let _ = stdout.flush();
+                        }
+                    }
+                    true
+                })
+                .map_err(|e| e.to_string())?;
+            let text = tok.decode(&out, false).map_err(|e| e.to_string())?;
+            if json {
+                let n_gen = out.len();
+                let obj = serde_json::json!({
+                    "prompt": prompt,
+                    "prompt_tokens": ids,
+                    "tokens": out,
+                    "text": text,
+                    "timings": {
+                        "load_ms": load_ms,
+                        "prompt_ms": timings.prompt_ms,
+                        "generate_ms": timings.generate_ms,
+                        "compile_ms": timings.compile_ms,
+                        "prompt_tokens_per_s": ids.len() as f64 / (timings.prompt_ms / 1e3),
+                        "generate_tokens_per_s": if n_gen > 1 { (n_gen - 1) as f64 / (timings.generate_ms / 1e3) } else { 0.0 },
+                    }
+                });
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+            } else {
+                let rest = dec.finish();
+                let _ = writeln!(stdout, "{rest}");
+                eprintln!(
+                    "[{} prompt tokens in {:.1} ms, {} tokens generated in {:.1} ms]",
+                    ids.len(),
+                    timings.prompt_ms,
+                    out.len(),
+                    timings.generate_ms
+                );
+            }
+            Ok(())
+        }
+        Cmd::Bench(args) => bench::run(args),
+        Cmd::Plan { model, seq, explain, no_stage, json } => {
+            let mut m = load(model, 0)?;
+            let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
+            let opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
+            m.set_compile_options(opts.clone());
+            let graph = m.graph(seq, Logits::Last).map_err(|e| e.to_string())?;
+            let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(1)?);
+            let c = tg_compiler::compile(&graph, &[dev], &opts).map_err(|e| e.to_string())?;
+            if json {
+                let obj = serde_json::json!({ "report": c.report, "ops": graph.op_histogram(), "steps": c.plan.steps.len(), "arena_bytes": c.plan.arenas.iter().map(|a| a.bytes).sum::<usize>() });
+                println!("{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?);
+            } else {
+                println!("graph: {} nodes for {seq} tokens", graph.nodes.len());
+                println!("ops:   {}", graph.op_histogram().iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(" "));
+                print!("{}", c.report);
+                if explain {
+                    for (i, s) in c.plan.steps.iter().enumerate() {
+                        let ins: Vec<String> = s.inputs.iter().map(|t| format!("b{}{:?}", t.buffer, t.layout.shape)).collect();
+                        println!("{i:5} {:<14} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
+                    }
+                }
+            }
+            Ok(())
+        }
+        Cmd::Tokenize { model, text, special, bos } => {
+            let m = load(model, 1)?;
+            for id in m.tokenizer.encode(&text, bos, special) {
+                let piece = m.tokenizer.token_text(id).unwrap_or("?");
+                println!("{id:>7} {piece:?}");
+            }
+            Ok(())
+        }
+        Cmd::FetchModel => {
+            println!("{}", model_path::fetch()?.display());
+            Ok(())
+        }
+    }
+}
+
+fn tg_tokenizer_stream(tok: &tg_models::Tokenizer) -> tg_models::StreamDecoder<'_> {
+    tg_models::StreamDecoder::new(tok, false)
+}

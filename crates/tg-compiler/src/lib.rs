@@ -1,0 +1,220 @@
+//! The Tensor Graphs compiler.
+//!
+//! [`compile`] runs named stages over a graph and returns a [`tg_runtime::Plan`] plus a
+//! report of what each stage did:
+//!
+//! | stage      | what it does                                                        | switch off |
+//! |------------|---------------------------------------------------------------------|------------|
+//! | `verify`   | IR invariants (always on, also between stages)                       | no         |
+//! | `dce`      | drops nodes no output depends on                                    | yes        |
+//! | `lower`    | one implementation per node: a kernel on a device, or a view        | no         |
+//! | `views`    | reshape/permute/slice/expand as strided views instead of copies     | yes        |
+//! | `schedule` | step order (topological, in node order)                             | no         |
+//! | `memory`   | arena offsets: greedy first-fit over buffer lifetimes               | yes (then every buffer gets its own space) |
+//! | `validate` | the independent [`validate`] checker on the finished plan           | yes        |
+//!
+//! The baseline picks one implementation per op; the e-graph stage and the branch-and-bound
+//! planner of later milestones replace `lower`/`schedule`/`memory`, not the whole.
+#![warn(missing_docs)]
+
+mod lower;
+mod memory;
+pub mod validate;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+use thiserror::Error;
+use tg_ir::{Graph, IrError};
+use tg_runtime::{Device, Plan};
+
+pub use validate::validate;
+
+/// Errors from compilation.
+#[derive(Debug, Error)]
+pub enum CompileError {
+    /// The graph failed verification.
+    #[error("graph verification failed: {0}")]
+    Ir(#[from] IrError),
+    /// No device can run a node.
+    #[error("node {node} ({op}): no implementation: {reason}")]
+    Unsupported {
+        /// Node id.
+        node: usize,
+        /// Op name.
+        op: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The finished plan failed validation (a compiler bug).
+    #[error("plan validation failed: {0}")]
+    Invalid(String),
+    /// Options name an unknown stage or disable a required one.
+    #[error("options: {0}")]
+    Options(String),
+}
+
+/// Compiler options.
+#[derive(Debug, Clone)]
+pub struct CompileOptions {
+    /// Names of stages to skip (see the crate docs for which may be skipped).
+    pub disabled: BTreeSet<String>,
+    /// Byte alignment of arena buffers.
+    pub alignment: usize,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { disabled: BTreeSet::new(), alignment: 64 }
+    }
+}
+
+/// Names of all stages, in order.
+pub const STAGES: [&str; 7] = ["verify", "dce", "lower", "views", "schedule", "memory", "validate"];
+const OPTIONAL: [&str; 4] = ["dce", "views", "memory", "validate"];
+
+impl CompileOptions {
+    /// Options with the given stages disabled; errors for unknown or required stages.
+    pub fn disabling(names: &[&str]) -> Result<Self, CompileError> {
+        let mut o = CompileOptions::default();
+        for n in names {
+            if !STAGES.contains(n) {
+                return Err(CompileError::Options(format!("unknown stage '{n}' (stages: {})", STAGES.join(", "))));
+            }
+            if !OPTIONAL.contains(n) {
+                return Err(CompileError::Options(format!("stage '{n}' cannot be switched off")));
+            }
+            o.disabled.insert(n.to_string());
+        }
+        Ok(o)
+    }
+
+    fn on(&self, stage: &str) -> bool {
+        !self.disabled.contains(stage)
+    }
+}
+
+/// What one stage did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StageReport {
+    /// Stage name.
+    pub name: String,
+    /// Whether it ran.
+    pub ran: bool,
+    /// Wall time in microseconds.
+    pub micros: u64,
+    /// One-line summary.
+    pub summary: String,
+}
+
+/// The report of a compilation.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CompileReport {
+    /// One entry per stage, in order.
+    pub stages: Vec<StageReport>,
+}
+
+impl std::fmt::Display for CompileReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.stages {
+            if s.ran {
+                writeln!(f, "{:<9} {:>8.3} ms  {}", s.name, s.micros as f64 / 1000.0, s.summary)?;
+            } else {
+                writeln!(f, "{:<9} {:>11}  (switched off)", s.name, "-")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A compiled plan and the report of how it was made.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    /// The plan.
+    pub plan: Plan,
+    /// Per-stage report.
+    pub report: CompileReport,
+}
+
+struct Timer(Instant);
+
+impl Timer {
+    fn start() -> Timer {
+        Timer(Instant::now())
+    }
+    fn us(&self) -> u64 {
+        self.0.elapsed().as_micros() as u64
+    }
+}
+
+/// Removes nodes no output depends on, renumbering the rest (order kept).
+pub fn dead_code_elimination(g: &Graph) -> Graph {
+    let live = g.live_mask();
+    let mut map = vec![usize::MAX; g.nodes.len()];
+    let mut out = Graph::default();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if live[i] {
+            let mut n = n.clone();
+            n.inputs = n.inputs.iter().map(|&x| map[x]).collect();
+            map[i] = out.nodes.len();
+            out.nodes.push(n);
+        }
+    }
+    out.outputs = g.outputs.iter().map(|(name, o)| (name.clone(), map[*o])).collect();
+    out
+}
+
+/// Compiles `graph` for `devices` (the first is used for every step in this baseline).
+pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let mut report = CompileReport::default();
+    let skipped = |name: &str| StageReport { name: name.into(), ran: false, micros: 0, summary: String::new() };
+    if devices.is_empty() {
+        return Err(CompileError::Options("no devices to compile for".into()));
+    }
+
+    let t = Timer::start();
+    tg_ir::verify(graph)?;
+    report.stages.push(StageReport { name: "verify".into(), ran: true, micros: t.us(), summary: format!("{} nodes, {} outputs", graph.nodes.len(), graph.outputs.len()) });
+
+    let g;
+    let graph = if opts.on("dce") {
+        let t = Timer::start();
+        g = dead_code_elimination(graph);
+        tg_ir::verify(&g)?;
+        report.stages.push(StageReport { name: "dce".into(), ran: true, micros: t.us(), summary: format!("{} -> {} nodes", graph.nodes.len(), g.nodes.len()) });
+        &g
+    } else {
+        report.stages.push(skipped("dce"));
+        graph
+    };
+
+    let t = Timer::start();
+    let views = opts.on("views");
+    let prog = lower::lower(graph, devices, views)?;
+    report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
+    report.stages.push(if views {
+        StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted", prog.n_views, prog.n_copies) }
+    } else {
+        skipped("views")
+    });
+    report.stages.push(StageReport { name: "schedule".into(), ran: true, micros: 0, summary: format!("{} steps in topological order", prog.steps.len()) });
+
+    let t = Timer::start();
+    let plan = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
+    let arena: usize = plan.arenas.iter().map(|a| a.bytes).sum();
+    let total: usize = plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::Arena { .. })).map(|b| b.bytes).sum();
+    report.stages.push(if opts.on("memory") {
+        StageReport { name: "memory".into(), ran: true, micros: t.us(), summary: format!("arena {} KiB for {} KiB of buffers ({:.1}x reuse)", arena / 1024, total / 1024, total as f64 / arena.max(1) as f64) }
+    } else {
+        skipped("memory")
+    });
+
+    if opts.on("validate") {
+        let t = Timer::start();
+        validate(&plan, devices).map_err(|e| CompileError::Invalid(e.to_string()))?;
+        report.stages.push(StageReport { name: "validate".into(), ran: true, micros: t.us(), summary: "plan valid".into() });
+    } else {
+        report.stages.push(skipped("validate"));
+    }
+    Ok(Compiled { plan, report })
+}

@@ -1,0 +1,86 @@
+//! `memory`: arena offsets by greedy first-fit over buffer lifetimes.
+//!
+//! A buffer is live from the step that writes it (inputs: from before step 0) to the last
+//! step that reads it or any view of it (outputs: to the end of the run). Buffers are
+//! placed in order of definition at the lowest aligned offset that overlaps no live
+//! buffer. With the stage switched off, every buffer gets its own space.
+
+use crate::lower::{Program, VKind};
+use std::sync::Arc;
+use tg_runtime::{ArenaDesc, BufferDesc, Device, Plan, Storage};
+
+pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> Plan {
+    let nb = prog.buffers.len();
+    let mut first: Vec<Option<usize>> = vec![None; nb];
+    let mut last: Vec<Option<usize>> = vec![None; nb];
+    for (si, s) in prog.steps.iter().enumerate() {
+        first[s.output.buffer].get_or_insert(si);
+        for t in &s.inputs {
+            last[t.buffer] = Some(si);
+        }
+    }
+    let end = prog.steps.len();
+    let mut persistent = vec![false; nb];
+    for (_, t) in &prog.outputs {
+        persistent[t.buffer] = true;
+    }
+    // Lifetime as an inclusive step interval; inputs start before step 0 (-1 => 0 with
+    // "defined before" semantics handled by using start = 0 and treating them as live).
+    let interval = |b: usize| -> (usize, usize) {
+        let s = first[b].unwrap_or(0);
+        let e = if persistent[b] { end } else { last[b].unwrap_or(s).max(s) };
+        (s, e)
+    };
+    let align_up = |x: usize| x.div_ceil(align) * align;
+    let mut offsets = vec![0usize; nb];
+    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (offset, size, start, end)
+    let mut top = 0usize;
+    // Order of definition: inputs (no writer) first, then by writing step.
+    let mut order: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena).collect();
+    order.sort_by_key(|&b| (first[b].map(|s| s + 1).unwrap_or(0), b));
+    for b in order {
+        let size = align_up(prog.buffers[b].bytes.max(1));
+        let (s, e) = interval(b);
+        if !reuse {
+            offsets[b] = top;
+            top += size;
+            continue;
+        }
+        let mut busy: Vec<(usize, usize)> = placed.iter().filter(|p| p.2 <= e && s <= p.3).map(|p| (p.0, p.0 + p.1)).collect();
+        busy.sort();
+        let mut at = 0usize;
+        for (lo, hi) in busy {
+            if at + size <= lo {
+                break;
+            }
+            at = at.max(align_up(hi));
+        }
+        offsets[b] = at;
+        top = top.max(at + size);
+        placed.push((at, size, s, e));
+    }
+    let buffers = prog
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(b, v)| BufferDesc {
+            storage: match &v.kind {
+                VKind::Arena => Storage::Arena { arena: 0, offset: offsets[b] },
+                VKind::Weight(name) => Storage::Weight { name: name.clone() },
+            },
+            bytes: v.bytes,
+            node: v.node,
+            first_step: first[b],
+            last_step: last[b],
+            persistent: persistent[b],
+        })
+        .collect();
+    Plan {
+        devices: devices.iter().take(1).map(|d| d.name().to_string()).collect(),
+        arenas: vec![ArenaDesc { device: 0, bytes: top.max(align) }],
+        buffers,
+        steps: prog.steps,
+        inputs: prog.inputs,
+        outputs: prog.outputs,
+    }
+}

@@ -1,0 +1,318 @@
+//! The reference interpreter: the living definition of every op.
+//!
+//! Each op is implemented in the plainest way that is obviously right, in f64 (inputs and
+//! weights are widened; sums, matmuls and reductions accumulate in f64). It is slow on
+//! purpose; kernels, rewrite rules and compiled plans are all tested against it.
+
+use crate::shape::{broadcast_strides, contiguous_strides, numel};
+use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, ReduceOp, UnaryOp, WeightStore};
+use std::collections::HashMap;
+
+/// A dense f64 tensor (values of any dtype, widened exactly).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Array {
+    /// Shape, outermost first.
+    pub shape: Vec<usize>,
+    /// Logical dtype of the values.
+    pub dtype: DType,
+    /// Row-major values.
+    pub data: Vec<f64>,
+}
+
+enum Value<'w> {
+    Dense(Array),
+    /// A quantized (or f16/bf16) weight left in storage form; rows are dequantized on use.
+    Stored { shape: Vec<usize>, ty: tg_quant::GgmlType, bytes: &'w [u8] },
+}
+
+fn err(node: usize, n: &Node, msg: impl std::fmt::Display) -> IrError {
+    IrError::Eval(format!("node {node} ({}): {msg}", n.op.name()))
+}
+
+fn stored_row(shape: &[usize], ty: tg_quant::GgmlType, bytes: &[u8], r: usize) -> Result<Vec<f64>, String> {
+    let k = shape[1];
+    let rb = ty.row_bytes(k).map_err(|e| e.to_string())?;
+    let src = bytes.get(r * rb..(r + 1) * rb).ok_or_else(|| format!("row {r} past the end of the weight"))?;
+    let mut out = vec![0f32; k];
+    tg_quant::dequantize_row(ty, src, &mut out).map_err(|e| e.to_string())?;
+    Ok(out.into_iter().map(|x| x as f64).collect())
+}
+
+impl Value<'_> {
+    fn dense(&self) -> Result<Array, String> {
+        match self {
+            Value::Dense(a) => Ok(a.clone()),
+            Value::Stored { shape, ty, bytes } => {
+                let mut data = Vec::with_capacity(numel(shape));
+                for r in 0..shape[0] {
+                    data.extend(stored_row(shape, *ty, bytes, r)?);
+                }
+                Ok(Array { shape: shape.clone(), dtype: DType::F32, data })
+            }
+        }
+    }
+}
+
+/// Iterates the linear indices of an input read with `strides` over the output `shape`.
+fn strided_indices(shape: &[usize], strides: &[isize], offset: isize) -> Vec<usize> {
+    let n = numel(shape);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        let mut lin = offset;
+        for d in 0..shape.len() {
+            lin += idx[d] as isize * strides[d];
+        }
+        out.push(lin as usize);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+fn broadcast_to(a: &Array, shape: &[usize]) -> Vec<f64> {
+    let st = broadcast_strides(&a.shape, shape);
+    strided_indices(shape, &st, 0).into_iter().map(|i| a.data[i]).collect()
+}
+
+fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::I32 => (x as i64 as i32) as f64,
+        DType::Bool => (x != 0.0) as u8 as f64,
+        _ => x,
+    }
+}
+
+/// Evaluates a single node given its operand values (exposed for rule soundness tests).
+fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<String, HostTensor>, weights: &'w dyn WeightStore) -> Result<Value<'w>, IrError> {
+    let dense = |k: usize| args[k].dense().map_err(|e| err(i, n, e));
+    let out = |data: Vec<f64>| Ok(Value::Dense(Array { shape: n.shape.clone(), dtype: n.dtype, data }));
+    match &n.op {
+        Op::Input { name } => {
+            let t = inputs.get(name).ok_or_else(|| err(i, n, format!("missing input '{name}'")))?;
+            if t.shape != n.shape || t.dtype() != n.dtype {
+                return Err(err(i, n, format!("input '{name}' is {:?} {}, graph wants {:?} {}", t.shape, t.dtype(), n.shape, n.dtype)));
+            }
+            out(t.to_f64())
+        }
+        Op::Weight { name } => {
+            let bytes = weights.bytes(name).ok_or_else(|| err(i, n, format!("weight store has no '{name}'")))?;
+            let want = n.shape.iter().take(n.shape.len().saturating_sub(1)).product::<usize>()
+                * n.dtype.bytes_for(*n.shape.last().unwrap_or(&1)).ok_or_else(|| err(i, n, "bad row length"))?;
+            if bytes.len() != want {
+                return Err(err(i, n, format!("weight '{name}' has {} bytes, shape {:?} {} needs {want}", bytes.len(), n.shape, n.dtype)));
+            }
+            match n.dtype {
+                DType::Quant(ty) => Ok(Value::Stored { shape: n.shape.clone(), ty, bytes }),
+                DType::F32 => out(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()),
+                DType::I32 => out(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()),
+                DType::Bool => out(bytes.iter().map(|&b| (b != 0) as u8 as f64).collect()),
+            }
+        }
+        Op::Constant { bits } => out(vec![round_to(n.dtype, f64::from_bits(*bits))]),
+        Op::Iota { axis } => {
+            let st = contiguous_strides(&n.shape);
+            let size = n.shape[*axis];
+            out((0..numel(&n.shape)).map(|l| ((l / st[*axis] as usize) % size) as f64).collect())
+        }
+        Op::Unary(u) => {
+            let a = dense(0)?;
+            let f = |x: f64| match u {
+                UnaryOp::Neg => -x,
+                UnaryOp::Exp => x.exp(),
+                UnaryOp::Log => x.ln(),
+                UnaryOp::Tanh => x.tanh(),
+                UnaryOp::Sqrt => x.sqrt(),
+                UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+                UnaryOp::Recip => 1.0 / x,
+                UnaryOp::Sin => x.sin(),
+                UnaryOp::Cos => x.cos(),
+                UnaryOp::Abs => x.abs(),
+            };
+            out(a.data.iter().map(|&x| f(x)).collect())
+        }
+        Op::Binary(b) => {
+            let (x, y) = (broadcast_to(&dense(0)?, &n.shape), broadcast_to(&dense(1)?, &n.shape));
+            let f = |a: f64, c: f64| match b {
+                BinaryOp::Add => a + c,
+                BinaryOp::Sub => a - c,
+                BinaryOp::Mul => a * c,
+                BinaryOp::Div => a / c,
+                BinaryOp::Max => a.max(c),
+                BinaryOp::Min => a.min(c),
+                BinaryOp::And => ((a != 0.0) && (c != 0.0)) as u8 as f64,
+                BinaryOp::Or => ((a != 0.0) || (c != 0.0)) as u8 as f64,
+            };
+            out(x.iter().zip(&y).map(|(&a, &c)| round_to(n.dtype, f(a, c))).collect())
+        }
+        Op::Compare(c) => {
+            let (x, y) = (broadcast_to(&dense(0)?, &n.shape), broadcast_to(&dense(1)?, &n.shape));
+            let f = |a: f64, b: f64| match c {
+                CmpOp::Eq => a == b,
+                CmpOp::Ne => a != b,
+                CmpOp::Lt => a < b,
+                CmpOp::Le => a <= b,
+                CmpOp::Gt => a > b,
+                CmpOp::Ge => a >= b,
+            };
+            out(x.iter().zip(&y).map(|(&a, &b)| f(a, b) as u8 as f64).collect())
+        }
+        Op::Where => {
+            let c = broadcast_to(&dense(0)?, &n.shape);
+            let (x, y) = (broadcast_to(&dense(1)?, &n.shape), broadcast_to(&dense(2)?, &n.shape));
+            out((0..c.len()).map(|k| if c[k] != 0.0 { x[k] } else { y[k] }).collect())
+        }
+        Op::Cast { to } => {
+            let a = dense(0)?;
+            out(a.data.iter().map(|&x| if *to == DType::I32 { x.trunc() } else { x }).map(|x| round_to(*to, x)).collect())
+        }
+        Op::Reduce { op, axis } => {
+            let a = dense(0)?;
+            let len = a.shape[*axis];
+            let inner: usize = a.shape[axis + 1..].iter().product();
+            let outer: usize = a.shape[..*axis].iter().product();
+            let mut data = Vec::with_capacity(outer * inner);
+            for o in 0..outer {
+                for p in 0..inner {
+                    let it = (0..len).map(|r| a.data[(o * len + r) * inner + p]);
+                    data.push(match op {
+                        ReduceOp::Sum => it.sum(),
+                        ReduceOp::Mean => it.sum::<f64>() / len as f64,
+                        ReduceOp::Max => it.fold(f64::NEG_INFINITY, f64::max),
+                    });
+                }
+            }
+            out(data)
+        }
+        Op::MatMul { transpose_rhs } => {
+            let a = dense(0)?;
+            let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
+            let nn = n.shape[n.shape.len() - 1];
+            let batch_shape = &n.shape[..n.shape.len() - 2];
+            let nb = numel(batch_shape);
+            // Batch index → offset of each operand's matrix (broadcast batch dims).
+            let a_batch = &a.shape[..a.shape.len() - 2];
+            let a_off = strided_indices(batch_shape, &broadcast_strides(a_batch, batch_shape), 0);
+            let mut data = vec![0f64; nb * m * nn];
+            match args[1] {
+                Value::Stored { shape, ty, bytes } => {
+                    // Quantized [n, k] weight, no batch dims: one row at a time.
+                    for j in 0..nn {
+                        let row = stored_row(shape, *ty, bytes, j).map_err(|e| err(i, n, e))?;
+                        for bi in 0..nb {
+                            for r in 0..m {
+                                let x = &a.data[a_off[bi] * m * k + r * k..][..k];
+                                data[(bi * m + r) * nn + j] = x.iter().zip(&row).map(|(p, q)| p * q).sum();
+                            }
+                        }
+                    }
+                }
+                Value::Dense(b) => {
+                    let b_batch = &b.shape[..b.shape.len() - 2];
+                    let b_off = strided_indices(batch_shape, &broadcast_strides(b_batch, batch_shape), 0);
+                    for bi in 0..nb {
+                        let ab = &a.data[a_off[bi] * m * k..][..m * k];
+                        let bb = &b.data[b_off[bi] * k * nn..][..k * nn];
+                        for r in 0..m {
+                            for j in 0..nn {
+                                let mut s = 0f64;
+                                for p in 0..k {
+                                    let bv = if *transpose_rhs { bb[j * k + p] } else { bb[p * nn + j] };
+                                    s += ab[r * k + p] * bv;
+                                }
+                                data[(bi * m + r) * nn + j] = s;
+                            }
+                        }
+                    }
+                }
+            }
+            out(data)
+        }
+        Op::Reshape => Ok(Value::Dense(Array { shape: n.shape.clone(), dtype: n.dtype, data: dense(0)?.data })),
+        Op::Permute { perm } => {
+            let a = dense(0)?;
+            let st = contiguous_strides(&a.shape);
+            let pst: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
+            out(strided_indices(&n.shape, &pst, 0).into_iter().map(|l| a.data[l]).collect())
+        }
+        Op::Expand => out(broadcast_to(&dense(0)?, &n.shape)),
+        Op::Slice { axis, start, .. } => {
+            let a = dense(0)?;
+            let st = contiguous_strides(&a.shape);
+            out(strided_indices(&n.shape, &st, *start as isize * st[*axis]).into_iter().map(|l| a.data[l]).collect())
+        }
+        Op::Concat { axis } => {
+            let parts: Vec<Array> = (0..args.len()).map(dense).collect::<Result<_, _>>()?;
+            let outer: usize = n.shape[..*axis].iter().product();
+            let mut data = Vec::with_capacity(numel(&n.shape));
+            for o in 0..outer {
+                for p in &parts {
+                    let chunk: usize = p.shape[*axis..].iter().product();
+                    data.extend_from_slice(&p.data[o * chunk..(o + 1) * chunk]);
+                }
+            }
+            out(data)
+        }
+        Op::Gather => {
+            let ids = dense(1)?;
+            let (rows, k) = match args[0] {
+                Value::Stored { shape, .. } => (shape[0], shape[1]),
+                Value::Dense(t) => (t.shape[0], t.shape[1]),
+            };
+            let mut data = Vec::with_capacity(ids.data.len() * k);
+            for &id in &ids.data {
+                if id < 0.0 || id as usize >= rows {
+                    return Err(err(i, n, format!("index {id} out of range for a table of {rows} rows")));
+                }
+                match args[0] {
+                    Value::Stored { shape, ty, bytes } => data.extend(stored_row(shape, *ty, bytes, id as usize).map_err(|e| err(i, n, e))?),
+                    Value::Dense(t) => data.extend_from_slice(&t.data[id as usize * k..][..k]),
+                }
+            }
+            out(data)
+        }
+    }
+}
+
+/// Evaluates every output of `graph` on `inputs` (by input name) and `weights`.
+/// Values are freed after their last use, so whole models fit in memory.
+pub fn eval(graph: &Graph, inputs: &HashMap<String, HostTensor>, weights: &dyn WeightStore) -> Result<HashMap<String, Array>, IrError> {
+    crate::verify(graph)?;
+    let live = graph.live_mask();
+    let mut last_use = vec![0usize; graph.nodes.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            last_use[x] = i;
+        }
+    }
+    for (_, o) in &graph.outputs {
+        last_use[*o] = usize::MAX;
+    }
+    let mut vals: Vec<Option<Value>> = (0..graph.nodes.len()).map(|_| None).collect();
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        let v = {
+            let args: Vec<&Value> = n.inputs.iter().map(|&x| vals[x].as_ref().expect("operand evaluated")).collect();
+            eval_node(i, n, &args, inputs, weights)?
+        };
+        vals[i] = Some(v);
+        for &x in &n.inputs {
+            if last_use[x] == i {
+                vals[x] = None;
+            }
+        }
+    }
+    let mut outs = HashMap::new();
+    for (name, o) in &graph.outputs {
+        let v = vals[*o].as_ref().ok_or_else(|| IrError::Eval(format!("output '{name}' was not computed")))?;
+        outs.insert(name.clone(), v.dense().map_err(IrError::Eval)?);
+    }
+    Ok(outs)
+}

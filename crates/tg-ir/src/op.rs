@@ -1,0 +1,195 @@
+use serde::{Deserialize, Serialize};
+
+/// Elementwise unary functions (float only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural logarithm
+    Log,
+    /// hyperbolic tangent
+    Tanh,
+    /// square root
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// `1 / x`
+    Recip,
+    /// sine (radians)
+    Sin,
+    /// cosine (radians)
+    Cos,
+    /// absolute value
+    Abs,
+}
+
+/// Elementwise binary functions with numpy broadcasting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `max(a, b)`
+    Max,
+    /// `min(a, b)`
+    Min,
+    /// logical and (bool operands)
+    And,
+    /// logical or (bool operands)
+    Or,
+}
+
+/// Elementwise comparisons producing bool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CmpOp {
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+/// Reductions along one axis (the axis is kept with size 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReduceOp {
+    /// sum
+    Sum,
+    /// arithmetic mean
+    Mean,
+    /// maximum
+    Max,
+}
+
+/// A primitive tensor operation. The enum is closed and hashable: every pass matches on it
+/// exhaustively, and e-graph nodes are (op, children). Fused operations are not here; they
+/// are targets of rewrite rules, never something a model definition calls.
+///
+/// Inputs are listed per variant; the output shape and dtype are inferred by
+/// [`crate::infer`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Op {
+    /// A runtime input, fed by name. No inputs; shape and dtype are the node's.
+    Input {
+        /// Name the caller feeds it by.
+        name: String,
+    },
+    /// A named constant tensor (a model weight) supplied by a weight store at run time.
+    Weight {
+        /// Name in the weight store (e.g. the GGUF tensor name).
+        name: String,
+    },
+    /// A scalar constant (shape `[]`) of the node's dtype; the value is stored as the bit
+    /// pattern of an f64 so the op stays hashable.
+    Constant {
+        /// `f64::to_bits` of the value.
+        bits: u64,
+    },
+    /// Index along `axis`, broadcast over the node's shape (`out[i..] = i[axis]`). No inputs.
+    Iota {
+        /// The axis whose index is produced.
+        axis: usize,
+    },
+    /// Elementwise unary function. Inputs: `[x]` (float).
+    Unary(UnaryOp),
+    /// Elementwise binary function with broadcasting. Inputs: `[a, b]`, same dtype.
+    Binary(BinaryOp),
+    /// Elementwise comparison with broadcasting. Inputs: `[a, b]`; output bool.
+    Compare(CmpOp),
+    /// `cond ? a : b` with broadcasting. Inputs: `[cond (bool), a, b]`.
+    Where,
+    /// Convert values to another dtype (i32/bool/f32 → f32, f32/bool → i32).
+    Cast {
+        /// Target dtype.
+        to: crate::DType,
+    },
+    /// Reduction along `axis`, which is kept with size 1. Inputs: `[x]` (f32).
+    Reduce {
+        /// Reduction function.
+        op: ReduceOp,
+        /// Axis reduced.
+        axis: usize,
+    },
+    /// Batched matrix product: `a[..., m, k] · b[..., k, n]`, or with `transpose_rhs`
+    /// `a[..., m, k] · b[..., n, k]ᵀ`. Batch dimensions broadcast. `b` may be a quantized
+    /// weight (then rank 2 and `transpose_rhs`).
+    MatMul {
+        /// The right operand is stored `[n, k]`.
+        transpose_rhs: bool,
+    },
+    /// Same elements, new shape (the node's shape). Inputs: `[x]`.
+    Reshape,
+    /// Reorder dimensions: output dim `i` is input dim `perm[i]`. Inputs: `[x]`.
+    Permute {
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// Broadcast to the node's shape (numpy rules). Inputs: `[x]`.
+    Expand,
+    /// Elements `start..end` along `axis`. Inputs: `[x]`.
+    Slice {
+        /// Axis sliced.
+        axis: usize,
+        /// First index kept.
+        start: usize,
+        /// One past the last index kept.
+        end: usize,
+    },
+    /// Concatenate along `axis`. Inputs: two or more tensors equal in all other dims.
+    Concat {
+        /// Axis joined.
+        axis: usize,
+    },
+    /// Rows of a rank-2 table selected by i32 indices: `out[ids.., :] = table[ids[..], :]`.
+    /// Inputs: `[table, ids]`; output f32 of shape `ids.shape + [row_len]`.
+    Gather,
+}
+
+impl Op {
+    /// Short lowercase name of the op (used in reports and errors).
+    pub fn name(&self) -> String {
+        match self {
+            Op::Input { name } => format!("input:{name}"),
+            Op::Weight { name } => format!("weight:{name}"),
+            Op::Constant { bits } => format!("const:{}", f64::from_bits(*bits)),
+            Op::Iota { axis } => format!("iota[{axis}]"),
+            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Compare(c) => format!("cmp_{c:?}").to_lowercase(),
+            Op::Where => "where".into(),
+            Op::Cast { to } => format!("cast_{to}"),
+            Op::Reduce { op, axis } => format!("reduce_{op:?}[{axis}]").to_lowercase(),
+            Op::MatMul { transpose_rhs } => {
+                if *transpose_rhs {
+                    "matmul_nt".into()
+                } else {
+                    "matmul".into()
+                }
+            }
+            Op::Reshape => "reshape".into(),
+            Op::Permute { perm } => format!("permute{perm:?}"),
+            Op::Expand => "expand".into(),
+            Op::Slice { axis, start, end } => format!("slice[{axis}:{start}..{end}]"),
+            Op::Concat { axis } => format!("concat[{axis}]"),
+            Op::Gather => "gather".into(),
+        }
+    }
+
+    /// True for ops with no inputs whose value comes from outside or from attributes.
+    pub fn is_source(&self) -> bool {
+        matches!(self, Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } | Op::Iota { .. })
+    }
+}

@@ -1,0 +1,70 @@
+/// A static tensor shape, outermost dimension first (row-major).
+pub type Shape = Vec<usize>;
+
+/// Numpy-style broadcast of two shapes (aligned at the innermost dimension), or `None`
+/// when a pair of dimensions differs and neither is 1.
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Shape> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        out[i] = if da == db {
+            da
+        } else if da == 1 {
+            db
+        } else if db == 1 {
+            da
+        } else {
+            return None;
+        };
+    }
+    Some(out)
+}
+
+/// Number of elements of a shape.
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major contiguous strides (in elements) of a shape.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i] as isize;
+    }
+    s
+}
+
+/// Strides (in elements) that read a tensor of shape `src` (contiguous) as if broadcast to
+/// `dst`: broadcast dimensions get stride 0. `src` must broadcast to `dst`.
+pub fn broadcast_strides(src: &[usize], dst: &[usize]) -> Vec<isize> {
+    let cs = contiguous_strides(src);
+    let off = dst.len() - src.len();
+    (0..dst.len())
+        .map(|i| {
+            if i < off || src[i - off] == 1 && dst[i] != 1 {
+                0
+            } else {
+                cs[i - off]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(broadcast_shapes(&[4, 1, 3], &[5, 3]), Some(vec![4, 5, 3]));
+        assert_eq!(broadcast_shapes(&[], &[2]), Some(vec![2]));
+        assert_eq!(broadcast_shapes(&[2, 3], &[3, 2]), None);
+        assert_eq!(broadcast_strides(&[1, 3], &[4, 3]), vec![0, 1]);
+        assert_eq!(broadcast_strides(&[3], &[2, 4, 3]), vec![0, 0, 1]);
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+}

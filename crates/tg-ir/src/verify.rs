@@ -1,0 +1,281 @@
+use crate::shape::numel;
+use crate::{broadcast_shapes, BinaryOp, DType, Graph, IrError, Op, Shape};
+use std::collections::HashSet;
+
+fn shape_err(op: &Op, detail: String) -> IrError {
+    IrError::Shape { op: op.name(), detail }
+}
+
+fn dtype_err(op: &Op, detail: String) -> IrError {
+    IrError::DType { op: op.name(), detail }
+}
+
+fn arity(op: &Op, ins: &[(&[usize], DType)], n: usize) -> Result<(), IrError> {
+    if ins.len() != n {
+        return Err(IrError::Arity { op: op.name(), expected: n, got: ins.len() });
+    }
+    Ok(())
+}
+
+/// Infers the output shape and dtype of `op` applied to inputs of the given shapes and
+/// dtypes. `declared` is the node's own shape/dtype, required by ops that take them from
+/// the node (sources, reshape, expand) and ignored otherwise.
+pub fn infer(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
+    let need_decl = || declared.ok_or_else(|| shape_err(op, "needs a declared shape".into()));
+    match op {
+        Op::Input { .. } | Op::Weight { .. } => {
+            arity(op, ins, 0)?;
+            let (s, d) = need_decl()?;
+            if let DType::Quant(t) = d {
+                if !matches!(op, Op::Weight { .. }) {
+                    return Err(dtype_err(op, "only weights may be quantized".into()));
+                }
+                if s.len() != 2 || s[1] % t.block_size() != 0 {
+                    return Err(shape_err(
+                        op,
+                        format!("{t} weight must be [rows, row_len] with row_len a multiple of {}, got {s:?}", t.block_size()),
+                    ));
+                }
+            }
+            Ok((s.to_vec(), d))
+        }
+        Op::Constant { .. } => {
+            arity(op, ins, 0)?;
+            let (s, d) = need_decl()?;
+            if !s.is_empty() || matches!(d, DType::Quant(_)) {
+                return Err(shape_err(op, format!("constants are scalars of f32/i32/bool, got {s:?} {d}")));
+            }
+            Ok((vec![], d))
+        }
+        Op::Iota { axis } => {
+            arity(op, ins, 0)?;
+            let (s, d) = need_decl()?;
+            if *axis >= s.len() {
+                return Err(shape_err(op, format!("axis {axis} out of range for {s:?}")));
+            }
+            if !matches!(d, DType::F32 | DType::I32) {
+                return Err(dtype_err(op, format!("iota produces f32 or i32, not {d}")));
+            }
+            Ok((s.to_vec(), d))
+        }
+        Op::Unary(_) => {
+            arity(op, ins, 1)?;
+            if ins[0].1 != DType::F32 {
+                return Err(dtype_err(op, format!("expects f32, got {}", ins[0].1)));
+            }
+            Ok((ins[0].0.to_vec(), DType::F32))
+        }
+        Op::Binary(b) => {
+            arity(op, ins, 2)?;
+            let (da, db) = (ins[0].1, ins[1].1);
+            if da != db || matches!(da, DType::Quant(_)) {
+                return Err(dtype_err(op, format!("operands must share a plain dtype, got {da} and {db}")));
+            }
+            let logical = matches!(b, BinaryOp::And | BinaryOp::Or);
+            if logical != (da == DType::Bool) {
+                return Err(dtype_err(op, format!("{b:?} does not apply to {da}")));
+            }
+            let s = broadcast_shapes(ins[0].0, ins[1].0)
+                .ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
+            Ok((s, da))
+        }
+        Op::Compare(_) => {
+            arity(op, ins, 2)?;
+            let (da, db) = (ins[0].1, ins[1].1);
+            if da != db || !matches!(da, DType::F32 | DType::I32) {
+                return Err(dtype_err(op, format!("compares f32 or i32 of one dtype, got {da} and {db}")));
+            }
+            let s = broadcast_shapes(ins[0].0, ins[1].0)
+                .ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
+            Ok((s, DType::Bool))
+        }
+        Op::Where => {
+            arity(op, ins, 3)?;
+            if ins[0].1 != DType::Bool {
+                return Err(dtype_err(op, format!("condition must be bool, got {}", ins[0].1)));
+            }
+            if ins[1].1 != ins[2].1 || matches!(ins[1].1, DType::Quant(_)) {
+                return Err(dtype_err(op, format!("branches must share a plain dtype, got {} and {}", ins[1].1, ins[2].1)));
+            }
+            let s = broadcast_shapes(ins[0].0, ins[1].0)
+                .and_then(|s| broadcast_shapes(&s, ins[2].0))
+                .ok_or_else(|| shape_err(op, format!("cannot broadcast {:?}, {:?}, {:?}", ins[0].0, ins[1].0, ins[2].0)))?;
+            Ok((s, ins[1].1))
+        }
+        Op::Cast { to } => {
+            arity(op, ins, 1)?;
+            if matches!(to, DType::Quant(_) | DType::Bool) || matches!(ins[0].1, DType::Quant(_)) {
+                return Err(dtype_err(op, format!("cannot cast {} to {to}", ins[0].1)));
+            }
+            Ok((ins[0].0.to_vec(), *to))
+        }
+        Op::Reduce { axis, .. } => {
+            arity(op, ins, 1)?;
+            if ins[0].1 != DType::F32 {
+                return Err(dtype_err(op, format!("expects f32, got {}", ins[0].1)));
+            }
+            let mut s = ins[0].0.to_vec();
+            if *axis >= s.len() {
+                return Err(shape_err(op, format!("axis {axis} out of range for {s:?}")));
+            }
+            s[*axis] = 1;
+            Ok((s, DType::F32))
+        }
+        Op::MatMul { transpose_rhs } => {
+            arity(op, ins, 2)?;
+            let (a, da) = ins[0];
+            let (b, db) = ins[1];
+            if da != DType::F32 {
+                return Err(dtype_err(op, format!("left operand must be f32, got {da}")));
+            }
+            if !db.is_float() {
+                return Err(dtype_err(op, format!("right operand must be f32 or quantized, got {db}")));
+            }
+            if matches!(db, DType::Quant(_)) && (!transpose_rhs || b.len() != 2) {
+                return Err(shape_err(op, "a quantized right operand must be a rank-2 [n, k] weight used transposed".into()));
+            }
+            if a.len() < 2 || b.len() < 2 {
+                return Err(shape_err(op, format!("operands need rank >= 2, got {a:?} and {b:?}")));
+            }
+            let (m, k) = (a[a.len() - 2], a[a.len() - 1]);
+            let (kb, n) = if *transpose_rhs { (b[b.len() - 1], b[b.len() - 2]) } else { (b[b.len() - 2], b[b.len() - 1]) };
+            if k != kb {
+                return Err(shape_err(op, format!("contracted dims differ: {a:?} · {b:?}{}", if *transpose_rhs { "ᵀ" } else { "" })));
+            }
+            let batch = broadcast_shapes(&a[..a.len() - 2], &b[..b.len() - 2])
+                .ok_or_else(|| shape_err(op, format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
+            let mut s = batch;
+            s.push(m);
+            s.push(n);
+            Ok((s, DType::F32))
+        }
+        Op::Reshape => {
+            arity(op, ins, 1)?;
+            let (s, _) = need_decl()?;
+            if numel(s) != numel(ins[0].0) {
+                return Err(shape_err(op, format!("cannot reshape {:?} ({} elements) to {s:?}", ins[0].0, numel(ins[0].0))));
+            }
+            if matches!(ins[0].1, DType::Quant(_)) {
+                return Err(dtype_err(op, "quantized tensors cannot be reshaped".into()));
+            }
+            Ok((s.to_vec(), ins[0].1))
+        }
+        Op::Permute { perm } => {
+            arity(op, ins, 1)?;
+            let s = ins[0].0;
+            let mut seen = vec![false; s.len()];
+            if perm.len() != s.len() || perm.iter().any(|&p| p >= s.len() || std::mem::replace(&mut seen[p], true)) {
+                return Err(shape_err(op, format!("{perm:?} is not a permutation of the {} dims of {s:?}", s.len())));
+            }
+            if matches!(ins[0].1, DType::Quant(_)) {
+                return Err(dtype_err(op, "quantized tensors cannot be permuted".into()));
+            }
+            Ok((perm.iter().map(|&p| s[p]).collect(), ins[0].1))
+        }
+        Op::Expand => {
+            arity(op, ins, 1)?;
+            let (s, _) = need_decl()?;
+            match broadcast_shapes(ins[0].0, s) {
+                Some(b) if b == s => Ok((s.to_vec(), ins[0].1)),
+                _ => Err(shape_err(op, format!("cannot expand {:?} to {s:?}", ins[0].0))),
+            }
+        }
+        Op::Slice { axis, start, end } => {
+            arity(op, ins, 1)?;
+            let mut s = ins[0].0.to_vec();
+            if *axis >= s.len() || start > end || *end > s[*axis] {
+                return Err(shape_err(op, format!("slice {start}..{end} on axis {axis} out of range for {s:?}")));
+            }
+            if matches!(ins[0].1, DType::Quant(_)) {
+                return Err(dtype_err(op, "quantized tensors cannot be sliced".into()));
+            }
+            s[*axis] = end - start;
+            Ok((s, ins[0].1))
+        }
+        Op::Concat { axis } => {
+            if ins.len() < 2 {
+                return Err(IrError::Arity { op: op.name(), expected: 2, got: ins.len() });
+            }
+            let first = ins[0].0;
+            if *axis >= first.len() {
+                return Err(shape_err(op, format!("axis {axis} out of range for {first:?}")));
+            }
+            let mut s = first.to_vec();
+            s[*axis] = 0;
+            for (x, d) in ins {
+                if *d != ins[0].1 || matches!(d, DType::Quant(_)) {
+                    return Err(dtype_err(op, format!("operands must share a plain dtype, got {} and {d}", ins[0].1)));
+                }
+                if x.len() != first.len() || (0..x.len()).any(|i| i != *axis && x[i] != first[i]) {
+                    return Err(shape_err(op, format!("{x:?} does not match {first:?} outside axis {axis}")));
+                }
+                s[*axis] += x[*axis];
+            }
+            Ok((s, ins[0].1))
+        }
+        Op::Gather => {
+            arity(op, ins, 2)?;
+            let (t, dt) = ins[0];
+            let (ids, di) = ins[1];
+            if t.len() != 2 {
+                return Err(shape_err(op, format!("table must be rank 2, got {t:?}")));
+            }
+            if di != DType::I32 {
+                return Err(dtype_err(op, format!("indices must be i32, got {di}")));
+            }
+            if !dt.is_float() {
+                return Err(dtype_err(op, format!("table must be f32 or quantized, got {dt}")));
+            }
+            let mut s = ids.to_vec();
+            s.push(t[1]);
+            Ok((s, DType::F32))
+        }
+    }
+}
+
+/// Checks a whole graph independently of how it was built: topological order, every
+/// node's shape/dtype equal to what its op infers, unique input/weight/output names,
+/// outputs that exist. Run between compiler stages; it never modifies the graph.
+pub fn verify(g: &Graph) -> Result<(), IrError> {
+    let mut names = HashSet::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            if x >= i {
+                return Err(IrError::BadReference { node: i, input: x });
+            }
+        }
+        match &n.op {
+            Op::Input { name } => {
+                if !names.insert(format!("input:{name}")) {
+                    return Err(IrError::Name(format!("input '{name}' declared twice")));
+                }
+            }
+            Op::Weight { name } => {
+                if !names.insert(format!("weight:{name}")) {
+                    return Err(IrError::Name(format!("weight '{name}' declared twice")));
+                }
+            }
+            _ => {}
+        }
+        let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();
+        let (s, d) = infer(&n.op, &ins, Some((&n.shape, n.dtype)))?;
+        if s != n.shape || d != n.dtype {
+            return Err(IrError::Inconsistent {
+                node: i,
+                op: n.op.name(),
+                recorded: format!("{:?} {}", n.shape, n.dtype),
+                inferred: format!("{s:?} {d}"),
+            });
+        }
+    }
+    let mut outs = HashSet::new();
+    for (name, id) in &g.outputs {
+        if *id >= g.nodes.len() {
+            return Err(IrError::Name(format!("output '{name}' refers to missing node {id}")));
+        }
+        if !outs.insert(name) {
+            return Err(IrError::Name(format!("output '{name}' declared twice")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! AVX-512 block decoders: bytes are unpacked with 128/256-bit integer ops (AVX-512BW/VL mask
+//! forms for the 5th bit), widened to 16 × i32 and converted. Scales are applied with the same
+//! f32 operations as the reference; where a product is exact (see `tg_quant::dequant`) a fused
+//! multiply-add gives the same bits.
+
+use std::arch::x86_64::*;
+
+use super::scalar::k4_scale_min;
+use super::SimdDecode;
+use crate::simd::{rd_u32, Avx512, Simd};
+
+#[inline(always)]
+unsafe fn half(p: *const u8) -> f32 {
+    Avx512::f16_to_f32(crate::simd::rd_u16(p))
+}
+
+/// i8 lanes → f32.
+#[inline(always)]
+unsafe fn i8x16(v: __m128i) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
+}
+
+/// u8 lanes → f32.
+#[inline(always)]
+unsafe fn u8x16(v: __m128i) -> __m512 {
+    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+}
+
+#[inline(always)]
+unsafe fn lo128(v: __m256i) -> __m128i {
+    _mm256_castsi256_si128(v)
+}
+
+#[inline(always)]
+unsafe fn hi128(v: __m256i) -> __m128i {
+    _mm256_extracti128_si256::<1>(v)
+}
+
+#[inline(always)]
+unsafe fn nibbles128(p: *const u8) -> (__m128i, __m128i) {
+    let q = _mm_loadu_si128(p.cast());
+    let m = _mm_set1_epi8(0x0f);
+    (_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16::<4>(q), m))
+}
+
+#[inline(always)]
+unsafe fn nibbles256(p: *const u8) -> (__m256i, __m256i) {
+    let q = _mm256_loadu_si256(p.cast());
+    let m = _mm256_set1_epi8(0x0f);
+    (_mm256_and_si256(q, m), _mm256_and_si256(_mm256_srli_epi16::<4>(q), m))
+}
+
+impl SimdDecode for Avx512 {
+    #[inline(always)]
+    unsafe fn dec_f32<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        f(0, _mm512_loadu_ps(p.cast()))
+    }
+    #[inline(always)]
+    unsafe fn dec_f16<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        f(0, _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
+    }
+    #[inline(always)]
+    unsafe fn dec_bf16<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
+        f(0, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
+    }
+    #[inline(always)]
+    unsafe fn dec_q4_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = _mm512_set1_ps(half(p));
+        let (lo, hi) = nibbles128(p.add(2));
+        let eight = _mm_set1_epi8(8);
+        f(0, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(lo, eight))));
+        f(1, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(hi, eight))));
+    }
+    #[inline(always)]
+    unsafe fn dec_q4_1<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = _mm512_set1_ps(half(p));
+        let m = _mm512_set1_ps(half(p.add(2)));
+        let (lo, hi) = nibbles128(p.add(4));
+        f(0, _mm512_fmadd_ps(d, u8x16(lo), m));
+        f(1, _mm512_fmadd_ps(d, u8x16(hi), m));
+    }
+    #[inline(always)]
+    unsafe fn dec_q5_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = _mm512_set1_ps(half(p));
+        let qh = rd_u32(p.add(2));
+        let (lo, hi) = nibbles128(p.add(6));
+        // q - 16 = nibble if the 5th bit is set, else nibble - 16.
+        let s = _mm_set1_epi8(16);
+        let lo = _mm_mask_sub_epi8(lo, !(qh as u16), lo, s);
+        let hi = _mm_mask_sub_epi8(hi, !((qh >> 16) as u16), hi, s);
+        f(0, _mm512_mul_ps(d, i8x16(lo)));
+        f(1, _mm512_mul_ps(d, i8x16(hi)));
+    }
+    #[inline(always)]
+    unsafe fn dec_q5_1<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = _mm512_set1_ps(half(p));
+        let m = _mm512_set1_ps(half(p.add(2)));
+        let qh = rd_u32(p.add(4));
+        let (lo, hi) = nibbles128(p.add(8));
+        let s = _mm_set1_epi8(16);
+        let lo = _mm_mask_add_epi8(lo, qh as u16, lo, s);
+        let hi = _mm_mask_add_epi8(hi, (qh >> 16) as u16, hi, s);
+        f(0, _mm512_fmadd_ps(d, u8x16(lo), m));
+        f(1, _mm512_fmadd_ps(d, u8x16(hi), m));
+    }
+    #[inline(always)]
+    unsafe fn dec_q8_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = _mm512_set1_ps(half(p));
+        f(0, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(2).cast()))));
+        f(1, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(18).cast()))));
+    }
+    #[inline(always)]
+    unsafe fn dec_q4_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let (d, dmin) = (half(p), half(p.add(2)));
+        let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
+        for c in 0..4 {
+            let (lo, hi) = nibbles256(p.add(16 + 32 * c));
+            for (h, q) in [lo, hi].into_iter().enumerate() {
+                let s = 2 * c + h;
+                let dl = _mm512_set1_ps(d * sc[s] as f32);
+                let ml = _mm512_set1_ps(dmin * mn[s] as f32);
+                f(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
+                f(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn dec_q5_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let (d, dmin) = (half(p), half(p.add(2)));
+        let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
+        let qh = _mm256_loadu_si256(p.add(16).cast());
+        let sixteen = _mm256_set1_epi8(16);
+        for c in 0..4 {
+            let (lo, hi) = nibbles256(p.add(48 + 32 * c));
+            for (h, q) in [lo, hi].into_iter().enumerate() {
+                let s = 2 * c + h;
+                let bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(1 << s));
+                let q = _mm256_mask_add_epi8(q, bit, q, sixteen);
+                let dl = _mm512_set1_ps(d * sc[s] as f32);
+                let ml = _mm512_set1_ps(dmin * mn[s] as f32);
+                f(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
+                f(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn dec_q6_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+        let d = half(p.add(208));
+        let scales = p.add(192).cast::<[i8; 16]>().read_unaligned();
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m30 = _mm256_set1_epi8(0x30);
+        let m3 = _mm256_set1_epi8(0x03);
+        let off = _mm256_set1_epi8(32);
+        for h in 0..2 {
+            let qa = _mm256_loadu_si256(p.add(64 * h).cast());
+            let qb = _mm256_loadu_si256(p.add(64 * h + 32).cast());
+            let hb = _mm256_loadu_si256(p.add(128 + 32 * h).cast());
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3))),
+                _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
+                ),
+            ];
+            for (g, q) in q.into_iter().enumerate() {
+                let q = _mm256_sub_epi8(q, off);
+                // Vector i covers elements 16i..16i+16, exactly scale group i.
+                let i = 8 * h + 2 * g;
+                let d0 = _mm512_set1_ps(d * scales[i] as f32);
+                let d1 = _mm512_set1_ps(d * scales[i + 1] as f32);
+                f(i, _mm512_mul_ps(d0, i8x16(lo128(q))));
+                f(i + 1, _mm512_mul_ps(d1, i8x16(hi128(q))));
+            }
+        }
+    }
+}

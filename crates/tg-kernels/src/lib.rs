@@ -1,0 +1,99 @@
+//! CPU kernels for Tensor Graphs: quantized-weight matmul, f32 batched matmul, row gather
+//! (embedding lookup), elementwise maps, row reductions and strided copies.
+//!
+//! # Instruction sets
+//! Every kernel has one generic implementation written against a small vector abstraction and
+//! instantiated three times: portable ([`Isa::Scalar`]), AVX2+FMA+F16C ([`Isa::Avx2`]) and
+//! AVX-512 F/BW/VL/DQ ([`Isa::Avx512`]). The public functions use [`isa()`] (best available,
+//! overridable with `TG_ISA=scalar|avx2|avx512`); each has a `*_with(isa, ..)` twin so tests
+//! and benchmarks can run every path explicitly.
+//!
+//! # Threads
+//! Kernels split work with rayon and use whatever pool they are called in (the runtime calls
+//! them inside `pool.install(..)`). Small problems run on the calling thread; work is split
+//! into a few contiguous chunks per thread, never into tiny pieces.
+//!
+//! # Numerics
+//! Activations and accumulation are f32. Quantized weights are decoded to exactly the values
+//! `tg_quant::dequantize_row` gives; dot products use several independent f32 accumulators
+//! (lane-parallel, then a tree), so their error is a small multiple of
+//! `sqrt(k / lanes) · ε · Σ|x·w|` in practice (see the tests for measured bounds).
+#![warn(missing_docs)]
+
+mod copy;
+mod dequant;
+mod elementwise;
+mod isa;
+mod matmul_f32;
+mod matmul_q;
+mod par;
+mod reduce;
+mod simd;
+
+use thiserror::Error;
+pub use tg_quant::GgmlType;
+
+pub use copy::copy_strided_f32;
+pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, has_simd_decoder, supports_type};
+pub use elementwise::{
+    binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast,
+    binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
+};
+pub use isa::{cpu_features, isa, Isa};
+pub use matmul_f32::{matmul_f32, matmul_f32_with, MatView};
+pub use matmul_q::{matmul_qt, matmul_qt_with};
+pub use reduce::{reduce_rows_f32, reduce_rows_f32_with, ReduceOp};
+
+/// Errors from kernel argument validation. Kernels never panic on bad arguments.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// A buffer has the wrong number of elements (or bytes, for quantized data).
+    #[error("{what}: expected {expected}, got {got}")]
+    Length {
+        /// Which buffer.
+        what: &'static str,
+        /// Required length.
+        expected: usize,
+        /// Supplied length.
+        got: usize,
+    },
+    /// A row id of `get_rows` is outside the table.
+    #[error("get_rows: id {id} at position {pos} is out of range for a table of {n_rows} rows")]
+    IdOutOfRange {
+        /// Position of the offending id in `ids`.
+        pos: usize,
+        /// The id.
+        id: i64,
+        /// Rows in the table.
+        n_rows: usize,
+    },
+    /// The element type is not supported by this kernel.
+    #[error("element type {0} is not supported by this kernel")]
+    UnsupportedType(GgmlType),
+    /// A layout error from `tg-quant` (e.g. a row length that is not a multiple of the block).
+    #[error(transparent)]
+    Quant(#[from] tg_quant::QuantError),
+    /// The requested instruction set is not available on this CPU.
+    #[error("instruction set {0} is not available on this CPU")]
+    IsaUnavailable(Isa),
+    /// Inconsistent shapes or strides.
+    #[error("{0}")]
+    Shape(String),
+    /// A size computation overflowed `usize`.
+    #[error("{0}: size overflows usize")]
+    Overflow(&'static str),
+}
+
+/// `a * b`, or an overflow error naming `what`.
+pub(crate) fn mul(what: &'static str, a: usize, b: usize) -> Result<usize, KernelError> {
+    a.checked_mul(b).ok_or(KernelError::Overflow(what))
+}
+
+/// Checks `got == expected` for buffer `what`.
+pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), KernelError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(KernelError::Length { what, expected, got })
+    }
+}

@@ -1,0 +1,118 @@
+//! The vector abstraction every kernel body is written against.
+//!
+//! A kernel is written once, generic over [`Simd`], and instantiated for [`Scalar`] (portable,
+//! eight `f32` lanes in a plain array), [`Avx2`] (`__m256`) and [`Avx512`] (`__m512`). All
+//! methods are `#[inline(always)]`; they are only ever called from inside a
+//! [`crate::isa::IsaTask`] body, which [`crate::isa::run_on`] compiles with the right target
+//! features, so the intrinsics inline into straight-line vector code.
+//!
+//! Lane-wise semantics are identical across implementations, except that `fma` is fused on
+//! AVX2/AVX-512 and a separate multiply and add on the portable path (both are accurate to
+//! f32 rounding; no kernel result is specified bit-for-bit across paths, only dequantized
+//! values are).
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::Avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::Avx512;
+pub(crate) use scalar::Scalar;
+
+/// f32 vector operations.
+///
+/// # Safety
+/// Every method requires the CPU to support the implementation's instruction set; pointer
+/// arguments must be valid for the lanes touched (`LANES` elements, or `n` for the `_tail`
+/// forms). Loads and stores are unaligned.
+pub(crate) trait Simd: Copy + 'static {
+    /// One vector of `LANES` f32.
+    type V: Copy;
+    /// Lanes per vector.
+    const LANES: usize;
+    /// True for the portable path (kernels may prefer `std` math there).
+    const PORTABLE: bool = false;
+
+    unsafe fn zero() -> Self::V;
+    unsafe fn splat(x: f32) -> Self::V;
+    unsafe fn load(p: *const f32) -> Self::V;
+    /// Loads `n < LANES` elements; the other lanes are zero.
+    unsafe fn load_tail(p: *const f32, n: usize) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    /// Stores the first `n < LANES` lanes.
+    unsafe fn store_tail(p: *mut f32, n: usize, v: Self::V);
+
+    unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn sub(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
+    unsafe fn div(a: Self::V, b: Self::V) -> Self::V;
+    /// `a > b ? a : b` lane-wise (x86 `maxps` semantics: a NaN in either yields `b`).
+    unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+    /// `a < b ? a : b` lane-wise (x86 `minps` semantics: a NaN in either yields `b`).
+    unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+    /// `a * b + c` (fused where the ISA has FMA).
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn abs(a: Self::V) -> Self::V;
+    unsafe fn neg(a: Self::V) -> Self::V;
+    /// Correctly rounded square root.
+    unsafe fn sqrt(a: Self::V) -> Self::V;
+    /// Round to nearest integer, ties to even.
+    unsafe fn round(a: Self::V) -> Self::V;
+    /// `2^n` for lanes holding integers `n` in `[-126, 127]`.
+    unsafe fn pow2i(n: Self::V) -> Self::V;
+    /// `a < b ? t : f` lane-wise.
+    unsafe fn select_lt(a: Self::V, b: Self::V, t: Self::V, f: Self::V) -> Self::V;
+    /// `|mag|` with the sign bit of `sign`.
+    unsafe fn copysign(mag: Self::V, sign: Self::V) -> Self::V;
+
+    /// Sum of all lanes (tree order).
+    unsafe fn reduce_add(v: Self::V) -> f32;
+    /// Maximum of all lanes (`max` semantics).
+    unsafe fn reduce_max(v: Self::V) -> f32;
+    /// Lane sums of four vectors, `[Σa, Σb, Σc, Σd]`.
+    unsafe fn hsum4(a: Self::V, b: Self::V, c: Self::V, d: Self::V) -> [f32; 4];
+
+    /// Exact IEEE binary16 → binary32 conversion of one value.
+    unsafe fn f16_to_f32(h: u16) -> f32;
+}
+
+/// Exact binary16 → binary32 conversion without hardware support.
+#[inline]
+pub(crate) fn f16_to_f32_soft(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    match exp {
+        0 => {
+            // Zero or subnormal: man · 2^-24, exact in f32.
+            let mag = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(sign | mag.to_bits())
+        }
+        31 => f32::from_bits(sign | 0x7f80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
+/// Exact bfloat16 → binary32 conversion.
+#[inline(always)]
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Reads a little-endian `u16` at `p` (any alignment).
+#[inline(always)]
+pub(crate) unsafe fn rd_u16(p: *const u8) -> u16 {
+    // SAFETY: caller guarantees 2 readable bytes.
+    u16::from_le_bytes(unsafe { p.cast::<[u8; 2]>().read_unaligned() })
+}
+
+/// Reads a little-endian `u32` at `p` (any alignment).
+#[inline(always)]
+pub(crate) unsafe fn rd_u32(p: *const u8) -> u32 {
+    // SAFETY: caller guarantees 4 readable bytes.
+    u32::from_le_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
+}

@@ -1,0 +1,624 @@
+//! The CPU device: SIMD kernels from `tg-kernels` for the heavy ops (matmuls, gather,
+//! contiguous elementwise and row reductions) and plain strided loops for the rest, all
+//! run inside the device's rayon pool.
+
+use crate::{Device, DeviceKind, Kernel, Layout};
+use rayon::prelude::*;
+use tg_ir::shape::contiguous_strides;
+use tg_ir::{BinaryOp, CmpOp, DType, ReduceOp, UnaryOp};
+
+/// The host CPU with a fixed number of worker threads.
+pub struct CpuDevice {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl CpuDevice {
+    /// A CPU device with `threads` workers (0 = all cores).
+    pub fn new(threads: usize) -> Result<CpuDevice, String> {
+        let threads = if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tg-cpu-{i}"))
+            .build()
+            .map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
+        Ok(CpuDevice { pool, threads })
+    }
+
+    /// Worker thread count.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+fn cast_slice<T>(b: &[u8]) -> Result<&[T], String> {
+    // SAFETY: f32/i32/u8 have no invalid bit patterns; alignment is checked below.
+    let (pre, mid, post) = unsafe { b.align_to::<T>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(format!("buffer of {} bytes is misaligned for {}-byte elements", b.len(), std::mem::size_of::<T>()));
+    }
+    Ok(mid)
+}
+
+fn cast_slice_mut<T>(b: &mut [u8]) -> Result<&mut [T], String> {
+    let n = b.len();
+    // SAFETY: as above.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<T>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(format!("buffer of {n} bytes is misaligned for {}-byte elements", std::mem::size_of::<T>()));
+    }
+    Ok(mid)
+}
+
+/// Element values of a buffer, read as f64-convertible by dtype (used by strided loops).
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    F32(&'a [f32]),
+    I32(&'a [i32]),
+    Bool(&'a [u8]),
+}
+
+impl Src<'_> {
+    fn new<'a>(bytes: &'a [u8], l: &Layout) -> Result<Src<'a>, String> {
+        Ok(match l.dtype {
+            DType::F32 => Src::F32(cast_slice(bytes)?),
+            DType::I32 => Src::I32(cast_slice(bytes)?),
+            DType::Bool => Src::Bool(bytes),
+            DType::Quant(t) => return Err(format!("{t} storage cannot be read elementwise")),
+        })
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Src::F32(v) => v[i],
+            Src::I32(v) => v[i] as f32,
+            Src::Bool(v) => v[i] as f32,
+        }
+    }
+
+    #[inline]
+    fn get_i(&self, i: usize) -> i32 {
+        match self {
+            Src::F32(v) => v[i] as i32,
+            Src::I32(v) => v[i],
+            Src::Bool(v) => v[i] as i32,
+        }
+    }
+}
+
+/// Offsets (in elements) of the start of every innermost row of `l` over its shape.
+fn row_starts(l: &Layout) -> Vec<usize> {
+    let r = l.shape.len();
+    if r == 0 {
+        return vec![l.offset];
+    }
+    let outer = &l.shape[..r - 1];
+    let n: usize = outer.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; outer.len()];
+    for _ in 0..n {
+        let mut off = l.offset as isize;
+        for d in 0..outer.len() {
+            off += idx[d] as isize * l.strides[d];
+        }
+        out.push(off as usize);
+        for d in (0..outer.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < outer[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+fn inner(l: &Layout) -> (usize, isize) {
+    match l.shape.last() {
+        Some(&n) => (n, *l.strides.last().unwrap_or(&1)),
+        None => (1, 1),
+    }
+}
+
+/// Rows per parallel task so each task has ~16K elements.
+fn chunk_rows(row_len: usize) -> usize {
+    (16384 / row_len.max(1)).max(1)
+}
+
+/// Applies `f(row_index, out_row)` to every innermost row of a contiguous output, in
+/// parallel when there is enough work.
+fn for_rows<T: Send>(out: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    if row_len == 0 {
+        return;
+    }
+    if out.len() < 32768 {
+        out.chunks_mut(row_len).enumerate().for_each(|(r, o)| f(r, o));
+    } else {
+        let cr = chunk_rows(row_len);
+        out.par_chunks_mut(row_len * cr).enumerate().for_each(|(c, o)| {
+            for (k, row) in o.chunks_mut(row_len).enumerate() {
+                f(c * cr + k, row)
+            }
+        });
+    }
+}
+
+fn unary_f(op: UnaryOp) -> fn(f32) -> f32 {
+    match op {
+        UnaryOp::Neg => |x| -x,
+        UnaryOp::Exp => f32::exp,
+        UnaryOp::Log => f32::ln,
+        UnaryOp::Tanh => f32::tanh,
+        UnaryOp::Sqrt => f32::sqrt,
+        UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
+        UnaryOp::Recip => |x| 1.0 / x,
+        UnaryOp::Sin => f32::sin,
+        UnaryOp::Cos => f32::cos,
+        UnaryOp::Abs => f32::abs,
+    }
+}
+
+fn binary_f(op: BinaryOp) -> fn(f32, f32) -> f32 {
+    match op {
+        BinaryOp::Add => |a, b| a + b,
+        BinaryOp::Sub => |a, b| a - b,
+        BinaryOp::Mul => |a, b| a * b,
+        BinaryOp::Div => |a, b| a / b,
+        BinaryOp::Max => f32::max,
+        BinaryOp::Min => f32::min,
+        BinaryOp::And => |a, b| ((a != 0.0) && (b != 0.0)) as u8 as f32,
+        BinaryOp::Or => |a, b| ((a != 0.0) || (b != 0.0)) as u8 as f32,
+    }
+}
+
+fn binary_i(op: BinaryOp) -> fn(i32, i32) -> i32 {
+    match op {
+        BinaryOp::Add => i32::wrapping_add,
+        BinaryOp::Sub => i32::wrapping_sub,
+        BinaryOp::Mul => i32::wrapping_mul,
+        BinaryOp::Div => |a, b| if b == 0 { 0 } else { a.wrapping_div(b) },
+        BinaryOp::Max => i32::max,
+        BinaryOp::Min => i32::min,
+        BinaryOp::And => |a, b| ((a != 0) && (b != 0)) as i32,
+        BinaryOp::Or => |a, b| ((a != 0) || (b != 0)) as i32,
+    }
+}
+
+fn cmp_f(op: CmpOp) -> fn(f32, f32) -> bool {
+    match op {
+        CmpOp::Eq => |a, b| a == b,
+        CmpOp::Ne => |a, b| a != b,
+        CmpOp::Lt => |a, b| a < b,
+        CmpOp::Le => |a, b| a <= b,
+        CmpOp::Gt => |a, b| a > b,
+        CmpOp::Ge => |a, b| a >= b,
+    }
+}
+
+fn cmp_i(op: CmpOp) -> fn(i32, i32) -> bool {
+    match op {
+        CmpOp::Eq => |a, b| a == b,
+        CmpOp::Ne => |a, b| a != b,
+        CmpOp::Lt => |a, b| a < b,
+        CmpOp::Le => |a, b| a <= b,
+        CmpOp::Gt => |a, b| a > b,
+        CmpOp::Ge => |a, b| a >= b,
+    }
+}
+
+fn same_shape(inputs: &[Layout], out: &Layout) -> Result<(), String> {
+    for l in inputs {
+        if l.shape != out.shape {
+            return Err(format!("operand shape {:?} differs from output {:?} (broadcast must be a strided view)", l.shape, out.shape));
+        }
+    }
+    Ok(())
+}
+
+fn need(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+fn quant_or_f32(d: DType) -> Option<tg_quant::GgmlType> {
+    match d {
+        DType::F32 => Some(tg_quant::GgmlType::F32),
+        DType::Quant(t) => Some(t),
+        _ => None,
+    }
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    fn supports(&self, kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
+        need(out.is_contiguous() && out.offset == 0, || "output must be contiguous at offset 0".into())?;
+        need(!matches!(out.dtype, DType::Quant(_)), || "outputs cannot be quantized".into())?;
+        let arity = |n: usize| need(ins.len() == n, || format!("expects {n} operands, got {}", ins.len()));
+        match kernel {
+            Kernel::Fill { .. } => arity(0),
+            Kernel::Iota { axis } => {
+                arity(0)?;
+                need(*axis < out.shape.len() && matches!(out.dtype, DType::F32 | DType::I32), || "iota: bad axis or dtype".into())
+            }
+            Kernel::Unary(_) => {
+                arity(1)?;
+                same_shape(ins, out)?;
+                need(ins[0].dtype == DType::F32 && out.dtype == DType::F32, || "unary ops are f32".into())
+            }
+            Kernel::Binary(_) | Kernel::Compare(_) => {
+                arity(2)?;
+                same_shape(ins, out)?;
+                need(ins[0].dtype == ins[1].dtype && !matches!(ins[0].dtype, DType::Quant(_)), || "operands must share a plain dtype".into())
+            }
+            Kernel::Where => {
+                arity(3)?;
+                same_shape(ins, out)?;
+                need(ins[0].dtype == DType::Bool && ins[1].dtype == out.dtype && ins[2].dtype == out.dtype, || "where: dtypes".into())
+            }
+            Kernel::Cast => {
+                arity(1)?;
+                same_shape(ins, out)?;
+                need(!matches!(ins[0].dtype, DType::Quant(_)), || "cast of quantized storage".into())
+            }
+            Kernel::Reduce { axis, .. } => {
+                arity(1)?;
+                need(ins[0].dtype == DType::F32 && ins[0].is_contiguous(), || "reduce needs a contiguous f32 operand".into())?;
+                let mut s = ins[0].shape.clone();
+                need(*axis < s.len(), || "reduce axis out of range".into())?;
+                s[*axis] = 1;
+                need(s == out.shape, || format!("reduce output {:?} != {:?}", out.shape, s))
+            }
+            Kernel::MatMul { transpose_rhs } => {
+                let (la, lb) = (ins[0].1, ins[1].1);
+                let r = out.shape.len();
+                let (a, b) = (cast_slice::<f32>(ins[0].0)?, cast_slice::<f32>(ins[1].0)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out.shape[r - 1]);
+                let us = |x: isize| usize::try_from(x).map_err(|_| "matmul_f32: negative stride".to_string());
+                // The kernel takes two batch dims; leading ones beyond that are looped here.
+                let nb = r - 2;
+                let lead = nb.saturating_sub(2);
+                let bdim = |l: &Layout, i: usize| -> Result<(usize, usize), String> {
+                    // (size, stride) of kernel batch dim i (0 or 1), padding with size-1 dims.
+                    let pad = 2 - (nb - lead);
+                    if i < pad {
+                        Ok((1, 0))
+                    } else {
+                        let d = lead + i - pad;
+                        Ok((l.shape[d], us(l.strides[d])?))
+                    }
+                };
+                let batch = [bdim(la, 0)?.0, bdim(la, 1)?.0];
+                let n_lead: usize = out.shape[..lead].iter().product();
+                let per = batch[0] * batch[1] * m * n;
+                for li in 0..n_lead.max(1) {
+                    let (mut oa, mut ob) = (la.offset, lb.offset);
+                    let mut rem = li;
+                    for d in (0..lead).rev() {
+                        let idx = rem % out.shape[d];
+                        rem /= out.shape[d];
+                        oa += idx * us(la.strides[d])?;
+                        ob += idx * us(lb.strides[d])?;
+                    }
+                    let av = tg_kernels::MatView {
+                        data: a,
+                        offset: oa,
+                        rows: m,
+                        cols: k,
+                        row_stride: us(la.strides[r - 2])?,
+                        col_stride: us(la.strides[r - 1])?,
+                        batch_strides: [bdim(la, 0)?.1, bdim(la, 1)?.1],
+                    };
+                    let bv = tg_kernels::MatView {
+                        data: b,
+                        offset: ob,
+                        rows: lb.shape[r - 2],
+                        cols: lb.shape[r - 1],
+                        row_stride: us(lb.strides[r - 2])?,
+                        col_stride: us(lb.strides[r - 1])?,
+                        batch_strides: [bdim(lb, 0)?.1, bdim(lb, 1)?.1],
+                    };
+                    let bv = if *transpose_rhs { bv.t() } else { bv };
+                    tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
+                }
+            }
+            Kernel::MatMulQuant => {
+                arity(2)?;
+                let (a, w) = (&ins[0], &ins[1]);
+                need(a.dtype == DType::F32 && a.is_contiguous(), || "matmul_quant: activations must be contiguous f32".into())?;
+                need(quant_or_f32(w.dtype).is_some() && w.shape.len() == 2 && w.is_contiguous() && w.offset == 0, || "matmul_quant: weight must be a whole [n, k] tensor".into())?;
+                let k = *a.shape.last().unwrap_or(&0);
+                need(w.shape[1] == k, || format!("matmul_quant: k mismatch {} vs {}", k, w.shape[1]))?;
+                let mut s = a.shape.clone();
+                if let Some(l) = s.last_mut() {
+                    *l = w.shape[0];
+                }
+                need(s == out.shape, || format!("matmul_quant output {:?} != {:?}", out.shape, s))
+            }
+            Kernel::Copy => {
+                arity(1)?;
+                same_shape(ins, out)?;
+                need(ins[0].dtype == out.dtype, || "copy keeps the dtype".into())
+            }
+            Kernel::Concat { axis } => {
+                need(!ins.is_empty(), || "concat of nothing".into())?;
+                need(ins.iter().all(|l| l.is_contiguous() && l.dtype == out.dtype), || "concat operands must be contiguous and share the dtype".into())?;
+                need(*axis < out.shape.len() && ins.iter().map(|l| l.shape[*axis]).sum::<usize>() == out.shape[*axis], || "concat sizes".into())
+            }
+            Kernel::Gather => {
+                arity(2)?;
+                let (t, ids) = (&ins[0], &ins[1]);
+                need(quant_or_f32(t.dtype).is_some() && t.shape.len() == 2 && t.is_contiguous() && t.offset == 0, || "gather: table must be a whole [rows, k] tensor".into())?;
+                need(ids.dtype == DType::I32 && ids.is_contiguous(), || "gather: ids must be contiguous i32".into())?;
+                need(out.numel() == ids.numel() * t.shape[1], || "gather output size".into())
+            }
+        }
+    }
+
+    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(f)
+    }
+
+    fn launch(&self, kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut [u8], &Layout)) -> Result<(), String> {
+        let n_out = out.numel();
+        let (row_len, _) = inner(out);
+        match kernel {
+            Kernel::Fill { bits } => {
+                let v = f64::from_bits(*bits);
+                match out.dtype {
+                    DType::F32 => cast_slice_mut::<f32>(out_b)?[..n_out].fill(v as f32),
+                    DType::I32 => cast_slice_mut::<i32>(out_b)?[..n_out].fill(v as i32),
+                    DType::Bool => out_b[..n_out].fill((v != 0.0) as u8),
+                    DType::Quant(_) => return Err("fill of quantized storage".into()),
+                }
+            }
+            Kernel::Iota { axis } => {
+                let st = contiguous_strides(&out.shape);
+                let size = out.shape[*axis];
+                let idx = |l: usize| (l / st[*axis] as usize) % size;
+                match out.dtype {
+                    DType::F32 => cast_slice_mut::<f32>(out_b)?[..n_out].iter_mut().enumerate().for_each(|(l, o)| *o = idx(l) as f32),
+                    DType::I32 => cast_slice_mut::<i32>(out_b)?[..n_out].iter_mut().enumerate().for_each(|(l, o)| *o = idx(l) as i32),
+                    _ => return Err("iota dtype".into()),
+                }
+            }
+            Kernel::Unary(op) => {
+                let f = unary_f(*op);
+                let a = Src::new(ins[0].0, ins[0].1)?;
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                if let (Src::F32(av), true) = (a, ins[0].1.is_contiguous()) {
+                    let av = &av[ins[0].1.offset..][..n_out];
+                    tg_kernels::unary_f32(kernel_unary(*op), av, o).map_err(|e| e.to_string())?;
+                } else {
+                    let starts = row_starts(ins[0].1);
+                    let (_, s) = inner(ins[0].1);
+                    for_rows(o, row_len, |r, orow| {
+                        for (j, v) in orow.iter_mut().enumerate() {
+                            *v = f(a.get((starts[r] as isize + j as isize * s) as usize));
+                        }
+                    });
+                }
+            }
+            Kernel::Binary(op) => {
+                let (la, lb) = (ins[0].1, ins[1].1);
+                let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
+                let (sa, sb) = (row_starts(la), row_starts(lb));
+                let (_, ia) = inner(la);
+                let (_, ib) = inner(lb);
+                match out.dtype {
+                    DType::F32 => {
+                        let f = binary_f(*op);
+                        let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                        if let (Src::F32(av), Src::F32(bv)) = (a, b) {
+                            for_rows(o, row_len, |r, orow| {
+                                let n = orow.len();
+                                match (ia, ib) {
+                                    (1, 1) => {
+                                        let (x, y) = (&av[sa[r]..][..n], &bv[sb[r]..][..n]);
+                                        for j in 0..n {
+                                            orow[j] = f(x[j], y[j]);
+                                        }
+                                    }
+                                    (1, 0) => {
+                                        let (x, y) = (&av[sa[r]..][..n], bv[sb[r]]);
+                                        for j in 0..n {
+                                            orow[j] = f(x[j], y);
+                                        }
+                                    }
+                                    _ => {
+                                        for (j, v) in orow.iter_mut().enumerate() {
+                                            *v = f(av[(sa[r] as isize + j as isize * ia) as usize], bv[(sb[r] as isize + j as isize * ib) as usize]);
+                                        }
+                                    }
+                                }
+                            });
+                        } else {
+                            return Err("binary f32 output from non-f32 operands".into());
+                        }
+                    }
+                    DType::I32 | DType::Bool => {
+                        let f = binary_i(*op);
+                        let compute = |r: usize, j: usize| f(a.get_i((sa[r] as isize + j as isize * ia) as usize), b.get_i((sb[r] as isize + j as isize * ib) as usize));
+                        if out.dtype == DType::I32 {
+                            for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = compute(r, j)));
+                        } else {
+                            for_rows(&mut out_b[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = (compute(r, j) != 0) as u8));
+                        }
+                    }
+                    DType::Quant(_) => return Err("quantized output".into()),
+                }
+            }
+            Kernel::Compare(op) => {
+                let (la, lb) = (ins[0].1, ins[1].1);
+                let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
+                let (sa, sb) = (row_starts(la), row_starts(lb));
+                let ((_, ia), (_, ib)) = (inner(la), inner(lb));
+                let (ff, fi) = (cmp_f(*op), cmp_i(*op));
+                let is_int = la.dtype != DType::F32;
+                for_rows(&mut out_b[..n_out], row_len, |r, orow| {
+                    for (j, v) in orow.iter_mut().enumerate() {
+                        let (x, y) = ((sa[r] as isize + j as isize * ia) as usize, (sb[r] as isize + j as isize * ib) as usize);
+                        *v = if is_int { fi(a.get_i(x), b.get_i(y)) } else { ff(a.get(x), b.get(y)) } as u8;
+                    }
+                });
+            }
+            Kernel::Where => {
+                let ls: Vec<&Layout> = ins.iter().map(|x| x.1).collect();
+                let srcs: Vec<Src> = ins.iter().map(|(b, l)| Src::new(b, l)).collect::<Result<_, _>>()?;
+                let starts: Vec<Vec<usize>> = ls.iter().map(|l| row_starts(l)).collect();
+                let st: Vec<isize> = ls.iter().map(|l| inner(l).1).collect();
+                let at = |k: usize, r: usize, j: usize| (starts[k][r] as isize + j as isize * st[k]) as usize;
+                match out.dtype {
+                    DType::F32 => for_rows(&mut cast_slice_mut::<f32>(out_b)?[..n_out], row_len, |r, orow| {
+                        orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get(at(1, r, j)) } else { srcs[2].get(at(2, r, j)) })
+                    }),
+                    DType::I32 => for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| {
+                        orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) } else { srcs[2].get_i(at(2, r, j)) })
+                    }),
+                    DType::Bool => for_rows(&mut out_b[..n_out], row_len, |r, orow| {
+                        orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) as u8 } else { srcs[2].get_i(at(2, r, j)) as u8 })
+                    }),
+                    DType::Quant(_) => return Err("quantized output".into()),
+                }
+            }
+            Kernel::Cast | Kernel::Copy => {
+                let l = ins[0].1;
+                let a = Src::new(ins[0].0, l)?;
+                let starts = row_starts(l);
+                let (_, s) = inner(l);
+                let at = |r: usize, j: usize| (starts[r] as isize + j as isize * s) as usize;
+                match out.dtype {
+                    DType::F32 => {
+                        let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                        if let Src::F32(av) = a {
+                            if s == 1 {
+                                for_rows(o, row_len, |r, orow| orow.copy_from_slice(&av[starts[r]..][..orow.len()]));
+                                return Ok(());
+                            }
+                        }
+                        for_rows(o, row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get(at(r, j))));
+                    }
+                    DType::I32 => for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get_i(at(r, j)))),
+                    DType::Bool => for_rows(&mut out_b[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = (a.get_i(at(r, j)) != 0) as u8)),
+                    DType::Quant(_) => return Err("quantized output".into()),
+                }
+            }
+            Kernel::Reduce { op, axis } => {
+                let l = ins[0].1;
+                let x = &cast_slice::<f32>(ins[0].0)?[l.offset..][..l.numel()];
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                let len = l.shape[*axis];
+                let inner_n: usize = l.shape[axis + 1..].iter().product();
+                if inner_n == 1 {
+                    tg_kernels::reduce_rows_f32(kernel_reduce(*op), x, len, o).map_err(|e| e.to_string())?;
+                } else {
+                    let outer: usize = l.shape[..*axis].iter().product();
+                    for ob in 0..outer {
+                        for p in 0..inner_n {
+                            let it = (0..len).map(|r| x[(ob * len + r) * inner_n + p]);
+                            o[ob * inner_n + p] = match op {
+                                ReduceOp::Sum => it.sum(),
+                                ReduceOp::Mean => it.sum::<f32>() / len as f32,
+                                ReduceOp::Max => it.fold(f32::NEG_INFINITY, f32::max),
+                            };
+                        }
+                    }
+                }
+            }
+            Kernel::MatMul { transpose_rhs } => {
+                let (la, lb) = (ins[0].1, ins[1].1);
+                let r = out.shape.len();
+                let (a, b) = (cast_slice::<f32>(ins[0].0)?, cast_slice::<f32>(ins[1].0)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out.shape[r - 1]);
+                // Flatten batch dims: each batch index gets the operands' offsets.
+                let batch_shape = &out.shape[..r - 2];
+                let nb: usize = batch_shape.iter().product();
+                let boff = |l: &Layout, bi: usize| {
+                    let mut rem = bi;
+                    let mut off = l.offset as isize;
+                    for d in (0..r - 2).rev() {
+                        off += (rem % batch_shape[d]) as isize * l.strides[d];
+                        rem /= batch_shape[d];
+                    }
+                    off as usize
+                };
+                let a_offs: Vec<usize> = (0..nb).map(|bi| boff(la, bi)).collect();
+                let b_offs: Vec<usize> = (0..nb).map(|bi| boff(lb, bi)).collect();
+                let (brs, bcs) = if *transpose_rhs { (lb.strides[r - 1], lb.strides[r - 2]) } else { (lb.strides[r - 2], lb.strides[r - 1]) };
+                tg_kernels::matmul_f32_batched(
+                    &tg_kernels::BatchedMatmul { m, k, n, a, a_offsets: &a_offs, a_row_stride: la.strides[r - 2], a_col_stride: la.strides[r - 1], b, b_offsets: &b_offs, b_k_stride: brs, b_n_stride: bcs },
+                    o,
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            Kernel::MatMulQuant => {
+                let (la, lw) = (ins[0].1, ins[1].1);
+                let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
+                let k = lw.shape[1];
+                let n = lw.shape[0];
+                let m = la.numel() / k.max(1);
+                let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::Concat { axis } => {
+                let outer: usize = out.shape[..*axis].iter().product();
+                let o = out_b;
+                let eb = out.elem_bytes();
+                let total_chunk: usize = out.shape[*axis..].iter().product::<usize>() * eb;
+                let mut at = 0usize;
+                for (b, l) in ins {
+                    let chunk = l.shape[*axis..].iter().product::<usize>() * eb;
+                    let src = &b[l.offset * eb..];
+                    for ob in 0..outer {
+                        o[ob * total_chunk + at..][..chunk].copy_from_slice(&src[ob * chunk..][..chunk]);
+                    }
+                    at += chunk;
+                }
+            }
+            Kernel::Gather => {
+                let (lt, li) = (ins[0].1, ins[1].1);
+                let ty = quant_or_f32(lt.dtype).ok_or("table dtype")?;
+                let ids = &cast_slice::<i32>(ins[1].0)?[li.offset..][..li.numel()];
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::get_rows(ins[0].0, ty, lt.shape[1], lt.shape[0], ids, o).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn kernel_unary(op: UnaryOp) -> tg_kernels::UnaryOp {
+    match op {
+        UnaryOp::Neg => tg_kernels::UnaryOp::Neg,
+        UnaryOp::Exp => tg_kernels::UnaryOp::Exp,
+        UnaryOp::Log => tg_kernels::UnaryOp::Log,
+        UnaryOp::Tanh => tg_kernels::UnaryOp::Tanh,
+        UnaryOp::Sqrt => tg_kernels::UnaryOp::Sqrt,
+        UnaryOp::Rsqrt => tg_kernels::UnaryOp::Rsqrt,
+        UnaryOp::Recip => tg_kernels::UnaryOp::Recip,
+        UnaryOp::Sin => tg_kernels::UnaryOp::Sin,
+        UnaryOp::Cos => tg_kernels::UnaryOp::Cos,
+        UnaryOp::Abs => tg_kernels::UnaryOp::Abs,
+    }
+}
+
+fn kernel_reduce(op: ReduceOp) -> tg_kernels::ReduceOp {
+    match op {
+        ReduceOp::Sum => tg_kernels::ReduceOp::Sum,
+        ReduceOp::Mean => tg_kernels::ReduceOp::Mean,
+        ReduceOp::Max => tg_kernels::ReduceOp::Max,
+    }
+}

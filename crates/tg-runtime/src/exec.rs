@@ -1,0 +1,263 @@
+use crate::{Device, Layout, Plan, RuntimeError, Storage};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tg_ir::{DType, HostData, HostTensor, WeightStore};
+
+/// 64-byte aligned storage for an arena.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+struct Arena {
+    lines: Vec<Line>,
+    bytes: usize,
+}
+
+impl Arena {
+    fn new(bytes: usize) -> Option<Arena> {
+        let n = bytes.div_ceil(64);
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(n).ok()?;
+        lines.resize(n, Line([0; 64]));
+        Some(Arena { lines, bytes })
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        self.lines.as_mut_ptr() as *mut u8
+    }
+}
+
+/// A plan bound to devices and weights, with its arenas allocated: call [`Executable::run`]
+/// as often as you like.
+pub struct Executable {
+    plan: Plan,
+    devices: Vec<Arc<dyn Device>>,
+    weights: Arc<dyn WeightStore + Send>,
+    arenas: Vec<Arena>,
+    /// Per step time (ns) of the last profiled run, when profiling is on.
+    profile: Option<Vec<u64>>,
+}
+
+impl Executable {
+    /// Binds `plan` to `devices` (by name, in the plan's order) and `weights`, checks that
+    /// every weight exists with the right size, and allocates the arenas.
+    pub fn new(plan: Plan, devices: Vec<Arc<dyn Device>>, weights: Arc<dyn WeightStore + Send>) -> Result<Executable, RuntimeError> {
+        if devices.len() != plan.devices.len() || devices.iter().zip(&plan.devices).any(|(d, n)| d.name() != n) {
+            return Err(RuntimeError::Plan(format!(
+                "plan wants devices {:?}, got {:?}",
+                plan.devices,
+                devices.iter().map(|d| d.name().to_string()).collect::<Vec<_>>()
+            )));
+        }
+        for b in &plan.buffers {
+            match &b.storage {
+                Storage::Weight { name } => {
+                    let bytes = weights.bytes(name).ok_or_else(|| RuntimeError::Weight { name: name.clone(), detail: "not in the weight store".into() })?;
+                    if bytes.len() != b.bytes {
+                        return Err(RuntimeError::Weight { name: name.clone(), detail: format!("store has {} bytes, plan expects {}", bytes.len(), b.bytes) });
+                    }
+                }
+                Storage::Arena { arena, offset } => {
+                    let a = plan.arenas.get(*arena).ok_or_else(|| RuntimeError::Plan(format!("buffer in missing arena {arena}")))?;
+                    if offset + b.bytes > a.bytes {
+                        return Err(RuntimeError::Plan(format!("buffer [{offset}, {}) past arena {arena} of {} bytes", offset + b.bytes, a.bytes)));
+                    }
+                }
+            }
+        }
+        let mut arenas = Vec::new();
+        for (i, a) in plan.arenas.iter().enumerate() {
+            arenas.push(Arena::new(a.bytes).ok_or_else(|| RuntimeError::Alloc { arena: i, device: plan.devices[a.device].clone(), bytes: a.bytes })?);
+        }
+        Ok(Executable { plan, devices, weights, arenas, profile: None })
+    }
+
+    /// The plan being executed.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Turns per-step timing on or off (see [`Executable::step_times`]).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(|| vec![0; self.plan.steps.len()]);
+    }
+
+    /// Nanoseconds each step took in the last run, if profiling is on.
+    pub fn step_times(&self) -> Option<&[u64]> {
+        self.profile.as_deref()
+    }
+
+    #[allow(dead_code)]
+    fn buffer_ptr(&mut self, buf: usize) -> (*mut u8, usize, bool) {
+        let b = &self.plan.buffers[buf];
+        match &b.storage {
+            Storage::Arena { arena, offset } => {
+                // SAFETY: offset + bytes <= arena size was checked in `new`.
+                let p = unsafe { self.arenas[*arena].ptr().add(*offset) };
+                (p, b.bytes, true)
+            }
+            Storage::Weight { name } => {
+                let s = self.weights.bytes(name).unwrap_or(&[]);
+                (s.as_ptr() as *mut u8, s.len(), false)
+            }
+        }
+    }
+
+    /// Runs the plan on `inputs` (by name) and returns the outputs (by name).
+    pub fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        // Copy inputs into their buffers.
+        for (name, tref) in self.plan.inputs.clone() {
+            let t = inputs.get(&name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
+            if t.shape != tref.layout.shape || t.dtype() != tref.layout.dtype {
+                return Err(RuntimeError::Input {
+                    name,
+                    detail: format!("got {:?} {}, plan expects {:?} {}", t.shape, t.dtype(), tref.layout.shape, tref.layout.dtype),
+                });
+            }
+            let (p, len, writable) = self.buffer_ptr(tref.buffer);
+            let src: &[u8] = match &t.data {
+                HostData::F32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
+                HostData::I32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
+                HostData::Bool(v) => v,
+            };
+            let at = tref.layout.offset * tref.layout.elem_bytes();
+            if !writable || at + src.len() > len {
+                return Err(RuntimeError::Plan(format!("input '{name}' buffer cannot hold it")));
+            }
+            // SAFETY: range checked above; arenas are exclusively ours.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), src.len()) };
+        }
+        let mut failure: Option<RuntimeError> = None;
+        let mut times = self.profile.take();
+        let bases: Vec<SendPtr> = self.arenas.iter_mut().map(|a| SendPtr(a.ptr())).collect();
+        let dev0 = self.devices.first().cloned();
+        {
+            let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases };
+            let mut body = || {
+                if let Err(e) = ctx.run_steps(times.as_deref_mut()) {
+                    failure = Some(e);
+                }
+            };
+            match dev0 {
+                Some(d) => d.scope(&mut body),
+                None => body(),
+            }
+        }
+        self.profile = times;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let mut outs = HashMap::new();
+        for (name, tref) in &self.plan.outputs {
+            let (p, len, _) = self.buffer_ptr_const(tref.buffer);
+            let bytes = unsafe { std::slice::from_raw_parts(p, len) };
+            outs.insert(name.clone(), read_tensor(bytes, &tref.layout).map_err(RuntimeError::Plan)?);
+        }
+        Ok(outs)
+    }
+
+    fn buffer_ptr_const(&self, buf: usize) -> (*const u8, usize, bool) {
+        let b = &self.plan.buffers[buf];
+        match &b.storage {
+            Storage::Arena { arena, offset } => (unsafe { (self.arenas[*arena].lines.as_ptr() as *const u8).add(*offset) }, b.bytes, true),
+            Storage::Weight { name } => {
+                let s = self.weights.bytes(name).unwrap_or(&[]);
+                (s.as_ptr(), s.len(), false)
+            }
+        }
+    }
+
+    /// Total bytes of all arenas.
+    pub fn arena_bytes(&self) -> usize {
+        self.arenas.iter().map(|a| a.bytes).sum()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: arena base pointers are only dereferenced inside `RunCtx::run_steps`, which runs
+// while `Executable::run` holds `&mut self`; steps touch disjoint byte ranges as the
+// validated plan guarantees.
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+struct RunCtx<'a> {
+    plan: &'a Plan,
+    devices: &'a [Arc<dyn Device>],
+    weights: &'a (dyn WeightStore + Send),
+    bases: &'a [SendPtr],
+}
+
+impl RunCtx<'_> {
+    fn ptr(&self, buf: usize) -> (*mut u8, usize, bool) {
+        let b = &self.plan.buffers[buf];
+        match &b.storage {
+            // SAFETY: offset + bytes <= arena size was checked in `Executable::new`.
+            Storage::Arena { arena, offset } => (unsafe { self.bases[*arena].0.add(*offset) }, b.bytes, true),
+            Storage::Weight { name } => {
+                let s = self.weights.bytes(name).unwrap_or(&[]);
+                (s.as_ptr() as *mut u8, s.len(), false)
+            }
+        }
+    }
+
+    fn run_steps(&self, mut times: Option<&mut [u64]>) -> Result<(), RuntimeError> {
+        for (si, step) in self.plan.steps.iter().enumerate() {
+            let t0 = times.as_ref().map(|_| std::time::Instant::now());
+            let mut ins: Vec<(&[u8], &Layout)> = Vec::with_capacity(step.inputs.len());
+            for tr in &step.inputs {
+                let (p, len, _) = self.ptr(tr.buffer);
+                // SAFETY: the buffer is `len` valid bytes; no step writes it while it is read.
+                ins.push((unsafe { std::slice::from_raw_parts(p as *const u8, len) }, &tr.layout));
+            }
+            let (p, len, writable) = self.ptr(step.output.buffer);
+            if !writable {
+                return Err(RuntimeError::Plan(format!("step {si} writes a weight")));
+            }
+            // SAFETY: the validated plan never lets a live input overlap the output buffer.
+            let out = unsafe { std::slice::from_raw_parts_mut(p, len) };
+            let dev = &self.devices[step.device];
+            dev.launch(&step.kernel, &ins, (out, &step.output.layout)).map_err(|detail| RuntimeError::Kernel {
+                step: si,
+                kernel: step.kernel.name(),
+                device: dev.name().to_string(),
+                detail,
+            })?;
+            if let (Some(t), Some(t0)) = (times.as_deref_mut(), t0) {
+                t[si] = t0.elapsed().as_nanos() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a (possibly strided) tensor out of a buffer into a contiguous host tensor.
+fn read_tensor(bytes: &[u8], l: &Layout) -> Result<HostTensor, String> {
+    let n = l.numel();
+    let mut idx = vec![0usize; l.shape.len()];
+    let mut offs = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut o = l.offset as isize;
+        for d in 0..idx.len() {
+            o += idx[d] as isize * l.strides[d];
+        }
+        offs.push(o as usize);
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < l.shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let get4 = |i: usize| -> Result<[u8; 4], String> {
+        bytes.get(i * 4..i * 4 + 4).map(|s| [s[0], s[1], s[2], s[3]]).ok_or_else(|| "output outside its buffer".to_string())
+    };
+    let data = match l.dtype {
+        DType::F32 => HostData::F32(offs.iter().map(|&i| get4(i).map(f32::from_le_bytes)).collect::<Result<_, _>>()?),
+        DType::I32 => HostData::I32(offs.iter().map(|&i| get4(i).map(i32::from_le_bytes)).collect::<Result<_, _>>()?),
+        DType::Bool => HostData::Bool(offs.iter().map(|&i| bytes.get(i).copied().ok_or("output outside its buffer")).collect::<Result<_, _>>()?),
+        DType::Quant(t) => return Err(format!("cannot return {t} storage as an output")),
+    };
+    Ok(HostTensor { shape: l.shape.clone(), data })
+}

@@ -1,0 +1,231 @@
+use serde::{Deserialize, Serialize};
+use tg_ir::shape::{contiguous_strides, numel};
+use tg_ir::{BinaryOp, CmpOp, DType, NodeId, ReduceOp, UnaryOp};
+
+/// How a tensor is laid out inside its buffer: shape, strides and offset in elements.
+/// Strides may be 0 (broadcast) and need not be row-major (permuted views).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Layout {
+    /// Logical shape.
+    pub shape: Vec<usize>,
+    /// Element strides per dimension.
+    pub strides: Vec<isize>,
+    /// Offset of element `[0, ...]` in elements from the buffer start.
+    pub offset: usize,
+    /// Element type.
+    pub dtype: DType,
+}
+
+impl Layout {
+    /// A contiguous row-major layout at offset 0.
+    pub fn contiguous(shape: &[usize], dtype: DType) -> Layout {
+        Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0, dtype }
+    }
+
+    /// True when the layout is row-major contiguous (size-1 dims may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let cs = contiguous_strides(&self.shape);
+        self.shape.iter().zip(self.strides.iter().zip(&cs)).all(|(&d, (&s, &c))| d <= 1 || s == c)
+    }
+
+    /// Element count.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// Bytes per element of plain dtypes (quantized layouts are whole rows of blocks).
+    pub fn elem_bytes(&self) -> usize {
+        match self.dtype {
+            DType::F32 | DType::I32 => 4,
+            DType::Bool => 1,
+            DType::Quant(_) => 1,
+        }
+    }
+
+    /// One past the largest element index touched (in elements), or 0 for empty tensors;
+    /// `None` if a negative stride would reach before the offset.
+    pub fn span(&self) -> Option<usize> {
+        if self.numel() == 0 {
+            return Some(0);
+        }
+        let mut hi = self.offset as isize;
+        let mut lo = self.offset as isize;
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (d as isize - 1) * s;
+            if reach > 0 {
+                hi += reach;
+            } else {
+                lo += reach;
+            }
+        }
+        (lo >= 0).then_some(hi as usize + 1)
+    }
+
+    /// Bytes of buffer the layout needs (quantized: the whole `[rows, row_len]` storage).
+    pub fn bytes_needed(&self) -> Option<usize> {
+        match self.dtype {
+            DType::Quant(t) => {
+                let rows: usize = self.shape[..self.shape.len() - 1].iter().product();
+                Some(rows * t.row_bytes(*self.shape.last()?).ok()?)
+            }
+            _ => Some(self.span()? * self.elem_bytes()),
+        }
+    }
+}
+
+/// What a step computes. One variant per kernel family; the attributes a kernel needs
+/// travel with it. Layouts of operands are in the step, so "which inputs are strided" is
+/// not part of the kernel identity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kernel {
+    /// Write a scalar value to every element (`f64` bits, converted to the output dtype).
+    Fill {
+        /// `f64::to_bits` of the value.
+        bits: u64,
+    },
+    /// Output element = its index along `axis`.
+    Iota {
+        /// Axis.
+        axis: usize,
+    },
+    /// Elementwise unary (f32).
+    Unary(UnaryOp),
+    /// Elementwise binary; operands arrive as (possibly broadcast) strided views.
+    Binary(BinaryOp),
+    /// Elementwise comparison into bool.
+    Compare(CmpOp),
+    /// `cond ? a : b`.
+    Where,
+    /// Dtype conversion.
+    Cast,
+    /// Reduction along `axis` (kept with size 1).
+    Reduce {
+        /// Function.
+        op: ReduceOp,
+        /// Axis.
+        axis: usize,
+    },
+    /// f32 batched matmul with strided operands (`b` given `[n, k]` if `transpose_rhs`).
+    MatMul {
+        /// Right operand is `[.., n, k]`.
+        transpose_rhs: bool,
+    },
+    /// `x · Wᵀ` with `W` an `[n, k]` weight in a GGML storage format, read block by block.
+    MatMulQuant,
+    /// Materialise a strided view contiguously.
+    Copy,
+    /// Concatenate contiguous operands along `axis`.
+    Concat {
+        /// Axis.
+        axis: usize,
+    },
+    /// Rows of a (possibly quantized) table selected by i32 ids.
+    Gather,
+}
+
+impl Kernel {
+    /// Short name for reports and errors.
+    pub fn name(&self) -> String {
+        match self {
+            Kernel::Fill { .. } => "fill".into(),
+            Kernel::Iota { .. } => "iota".into(),
+            Kernel::Unary(u) => format!("{u:?}").to_lowercase(),
+            Kernel::Binary(b) => format!("{b:?}").to_lowercase(),
+            Kernel::Compare(c) => format!("cmp_{c:?}").to_lowercase(),
+            Kernel::Where => "where".into(),
+            Kernel::Cast => "cast".into(),
+            Kernel::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
+            Kernel::MatMul { transpose_rhs: true } => "matmul_nt_f32".into(),
+            Kernel::MatMul { transpose_rhs: false } => "matmul_f32".into(),
+            Kernel::MatMulQuant => "matmul_quant".into(),
+            Kernel::Copy => "copy".into(),
+            Kernel::Concat { .. } => "concat".into(),
+            Kernel::Gather => "gather".into(),
+        }
+    }
+}
+
+/// Where a buffer lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Storage {
+    /// At `offset` bytes in arena `arena`.
+    Arena {
+        /// Arena index in [`Plan::arenas`].
+        arena: usize,
+        /// Byte offset.
+        offset: usize,
+    },
+    /// A weight from the weight store, read in place (never copied, never written).
+    Weight {
+        /// Name in the store.
+        name: String,
+    },
+}
+
+/// One buffer: the storage of one value (views of it share the buffer).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BufferDesc {
+    /// Where it lives.
+    pub storage: Storage,
+    /// Size in bytes.
+    pub bytes: usize,
+    /// The graph node whose value this buffer holds.
+    pub node: NodeId,
+    /// First step that writes it (`None` for weights and inputs, which exist before step 0).
+    pub first_step: Option<usize>,
+    /// Last step that reads it (`None` if it is only an output or never read).
+    pub last_step: Option<usize>,
+    /// Kept alive across runs (an output or a cached value); not reusable by other buffers
+    /// after its last step.
+    pub persistent: bool,
+}
+
+/// A device's memory arena: one allocation, sized by the memory planner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ArenaDesc {
+    /// Index of the device in [`Plan::devices`].
+    pub device: usize,
+    /// Size in bytes.
+    pub bytes: usize,
+}
+
+/// A reference to a tensor: a buffer and a layout inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TensorRef {
+    /// Index in [`Plan::buffers`].
+    pub buffer: usize,
+    /// Layout in that buffer.
+    pub layout: Layout,
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Step {
+    /// What runs.
+    pub kernel: Kernel,
+    /// Index of the device in [`Plan::devices`].
+    pub device: usize,
+    /// Operands.
+    pub inputs: Vec<TensorRef>,
+    /// Result (always a contiguous layout in its own buffer).
+    pub output: TensorRef,
+    /// The graph node this step computes (for reports and errors).
+    pub node: NodeId,
+}
+
+/// A compiled program: everything the runtime needs, and nothing it must decide.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Plan {
+    /// Device names (e.g. `"cpu"`), indexed by steps and arenas.
+    pub devices: Vec<String>,
+    /// One arena per device that holds buffers.
+    pub arenas: Vec<ArenaDesc>,
+    /// All buffers.
+    pub buffers: Vec<BufferDesc>,
+    /// Steps in execution order.
+    pub steps: Vec<Step>,
+    /// Inputs: name and where the caller's data is copied before step 0.
+    pub inputs: Vec<(String, TensorRef)>,
+    /// Outputs: name and where the result is read after the last step.
+    pub outputs: Vec<(String, TensorRef)>,
+}

@@ -1,0 +1,107 @@
+//! Error type of the crate.
+
+/// Everything that can go wrong while building a tokenizer or decoding ids.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// A required GGUF metadata key is absent.
+    #[error("tokenizer metadata key `{0}` is missing")]
+    MissingKey(&'static str),
+
+    /// A GGUF metadata key holds a value of the wrong type.
+    #[error("tokenizer metadata key `{key}` has the wrong type: expected {expected}, found {found}")]
+    WrongType {
+        /// The metadata key.
+        key: &'static str,
+        /// What was expected.
+        expected: &'static str,
+        /// What was found.
+        found: String,
+    },
+
+    /// `tokenizer.ggml.model` names a tokenizer this crate does not implement.
+    #[error("unsupported tokenizer model `{0}` (only the SentencePiece model \"llama\" is supported)")]
+    UnsupportedModel(String),
+
+    /// The vocabulary has no tokens.
+    #[error("the vocabulary is empty")]
+    EmptyVocab,
+
+    /// The vocabulary has more tokens than a `u32` id can address.
+    #[error("the vocabulary has {0} tokens, more than a u32 token id can address")]
+    VocabTooLarge(usize),
+
+    /// Two per-token arrays have different lengths.
+    #[error("`{what}` has {found} entries but the vocabulary has {expected} tokens")]
+    LengthMismatch {
+        /// Which array.
+        what: &'static str,
+        /// Number of tokens.
+        expected: usize,
+        /// Number of entries found.
+        found: usize,
+    },
+
+    /// A `tokenizer.ggml.token_type` value is not one of 0..=6.
+    #[error("token {id} has an invalid token type {value} (expected 0..=6)")]
+    BadTokenType {
+        /// Token id.
+        id: u32,
+        /// The offending value.
+        value: i32,
+    },
+
+    /// A token score is NaN.
+    #[error("token {id} has a NaN score")]
+    NanScore {
+        /// Token id.
+        id: u32,
+    },
+
+    /// Two tokens have the same text.
+    #[error("tokens {first} and {second} have the same text {text:?}")]
+    DuplicateToken {
+        /// The shared text.
+        text: String,
+        /// Lower id.
+        first: u32,
+        /// Higher id.
+        second: u32,
+    },
+
+    /// A token of type byte does not read `<0xNN>`.
+    #[error("byte token {id} has text {text:?}, expected the form <0xNN>")]
+    BadByteToken {
+        /// Token id.
+        id: u32,
+        /// Its text.
+        text: String,
+    },
+
+    /// A special token id (bos, eos, ...) is outside the vocabulary.
+    #[error("{which} token id {id} is out of range (vocabulary size {vocab_size})")]
+    SpecialTokenOutOfRange {
+        /// Which special token.
+        which: &'static str,
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab_size: usize,
+    },
+
+    /// A byte has neither a `<0xNN>` token nor a single-byte token, and there
+    /// is no unknown token to fall back on.
+    #[error("byte 0x{byte:02X} has no token (no <0x{byte:02X}> token, no single-byte token, no unknown token)")]
+    NoByteFallback {
+        /// The byte.
+        byte: u8,
+    },
+
+    /// A token id passed for decoding is outside the vocabulary.
+    #[error("token id {id} is out of range (vocabulary size {vocab_size})")]
+    InvalidTokenId {
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab_size: usize,
+    },
+}

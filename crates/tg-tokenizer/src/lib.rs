@@ -1,0 +1,50 @@
+//! SentencePiece (SPM) tokenizer built from GGUF metadata, token-for-token
+//! compatible with llama.cpp's `tokenizer.ggml.model = "llama"` tokenizer.
+//!
+//! The pipeline for [`Tokenizer::encode`] is:
+//!
+//! 1. **Special-token partitioning.** Every control, unknown and user-defined
+//!    token is a candidate; candidates are tried longest first and each one
+//!    splits the still-raw text fragments at its left-to-right, non-overlapping
+//!    occurrences. With `parse_special = false` control and unknown tokens are
+//!    not candidates, but user-defined tokens still are (Gemma's newline, tab
+//!    and space-run tokens, HTML tags, ...).
+//! 2. **Whitespace escaping.** In each raw fragment, `' '` becomes `▁` (U+2581).
+//!    With `add_space_prefix` a space is first prepended to raw fragments that
+//!    start the text or follow a special token.
+//! 3. **Bigram merging.** The fragment is split into characters; adjacent pairs
+//!    whose concatenation is a vocabulary entry are merged, best score first,
+//!    ties going to the leftmost pair, until no pair merges.
+//! 4. **Byte fallback.** A final symbol that is not a vocabulary entry is
+//!    emitted as its UTF-8 bytes through the `<0xNN>` byte tokens.
+//!
+//! Decoding maps `▁` back to a space and byte tokens to raw bytes; control
+//! and unknown tokens are rendered (as their text) only when asked.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let gguf = tg_gguf::GgufFile::open("model.gguf")?;
+//! let tok = tg_tokenizer::Tokenizer::from_gguf(&gguf)?;
+//! let ids = tok.encode("Hello world", true, false);
+//! assert_eq!(tok.decode(&ids, false)?, "Hello world");
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod decode;
+mod error;
+mod fxhash;
+mod gguf;
+mod special;
+mod spm;
+mod tokenizer;
+mod vocab;
+
+#[cfg(test)]
+mod tests;
+
+pub use decode::StreamDecoder;
+pub use error::TokenizerError;
+pub use gguf::keys;
+pub use tokenizer::Tokenizer;
+pub use vocab::{TokenType, Vocab};

@@ -1,0 +1,374 @@
+//! The [`Tokenizer`]: construction, encoding and decoding.
+
+use crate::fxhash::FxHashMap;
+use crate::special::{Fragment, SpecialMatcher};
+use crate::spm::SpmSession;
+use crate::{TokenType, TokenizerError, Vocab};
+
+/// The escaped form of a space inside SentencePiece pieces.
+pub(crate) const SPACE_MARK: char = '\u{2581}';
+
+/// Token attribute bits (llama.cpp derives these from the token type and a
+/// few token texts).
+mod attr {
+    pub const UNKNOWN: u8 = 1 << 0;
+    pub const UNUSED: u8 = 1 << 1;
+    pub const NORMAL: u8 = 1 << 2;
+    pub const CONTROL: u8 = 1 << 3;
+    pub const USER_DEFINED: u8 = 1 << 4;
+    pub const BYTE: u8 = 1 << 5;
+    /// Matched and rendered only on request.
+    pub const SPECIAL: u8 = UNKNOWN | CONTROL;
+}
+
+/// Token texts that end generation. Such a token is also treated as a control
+/// token even when its type says otherwise (as llama.cpp does).
+const EOG_TEXTS: &[&str] = &[
+    "<end_of_turn>",
+    "<eos>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "<end_of_utterance>",
+];
+
+/// A SentencePiece tokenizer compatible with llama.cpp's SPM tokenizer.
+///
+/// Built once from a [`Vocab`] or a GGUF file; encoding and decoding take
+/// `&self` and can run from several threads at once.
+#[derive(Debug)]
+pub struct Tokenizer {
+    texts: Vec<Box<str>>,
+    scores: Vec<f32>,
+    types: Vec<TokenType>,
+    attrs: Vec<u8>,
+    /// Text -> id over all tokens, whatever their type.
+    text_to_id: FxHashMap<Box<[u8]>, u32>,
+    /// Decoded bytes of every token (as rendered with `render_special`),
+    /// concatenated; token `i` is `pieces[piece_offsets[i]..piece_offsets[i + 1]]`.
+    pieces: Vec<u8>,
+    piece_offsets: Vec<u32>,
+    /// Token emitted for each byte that is not part of a vocabulary piece.
+    byte_tokens: [u32; 256],
+    special: SpecialMatcher,
+    bos: u32,
+    eos: u32,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    eog: Vec<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+}
+
+impl Tokenizer {
+    /// Builds a tokenizer, validating the vocabulary (array lengths, token
+    /// types, scores, special ids, duplicate texts, byte tokens).
+    pub fn from_vocab(v: Vocab) -> Result<Tokenizer, TokenizerError> {
+        let types = v.validate()?;
+        let n = v.tokens.len();
+
+        let mut texts: Vec<Box<str>> = Vec::with_capacity(n);
+        let mut text_to_id: FxHashMap<Box<[u8]>, u32> = FxHashMap::default();
+        text_to_id.reserve(n);
+        for (i, text) in v.tokens.into_iter().enumerate() {
+            let id = i as u32;
+            // llama.cpp gives empty entries a placeholder text.
+            let text = if text.is_empty() { format!("[EMPTY_{i}]") } else { text };
+            if let Some(first) = text_to_id.insert(Box::from(text.as_bytes()), id) {
+                return Err(TokenizerError::DuplicateToken { text, first, second: id });
+            }
+            texts.push(text.into_boxed_str());
+        }
+
+        let eog_texts: FxHashMap<&[u8], ()> = EOG_TEXTS.iter().map(|t| (t.as_bytes(), ())).collect();
+        let mut attrs = Vec::with_capacity(n);
+        let mut eog = vec![v.eos];
+        eog.extend(v.eot);
+        eog.extend(v.eom);
+        for (i, (&ty, text)) in types.iter().zip(&texts).enumerate() {
+            let mut a = match ty {
+                TokenType::Undefined => 0,
+                TokenType::Normal => attr::NORMAL,
+                TokenType::Unknown => attr::UNKNOWN,
+                TokenType::Control => attr::CONTROL,
+                TokenType::UserDefined => attr::USER_DEFINED,
+                TokenType::Unused => attr::UNUSED,
+                TokenType::Byte => attr::BYTE,
+            };
+            if eog_texts.contains_key(text.as_bytes()) {
+                a |= attr::CONTROL;
+                eog.push(i as u32);
+            }
+            attrs.push(a);
+        }
+        eog.sort_unstable();
+        eog.dedup();
+
+        let mut pieces = Vec::with_capacity(n * 4);
+        let mut piece_offsets = Vec::with_capacity(n + 1);
+        piece_offsets.push(0u32);
+        for (i, (&a, text)) in attrs.iter().zip(&texts).enumerate() {
+            if a & (attr::SPECIAL | attr::USER_DEFINED) != 0 {
+                pieces.extend_from_slice(text.as_bytes());
+            } else if a & attr::NORMAL != 0 {
+                let mut buf = [0u8; 4];
+                for ch in text.chars() {
+                    let ch = if ch == SPACE_MARK { ' ' } else { ch };
+                    pieces.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                }
+            } else if a & attr::BYTE != 0 {
+                let byte = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken {
+                    id: i as u32,
+                    text: text.to_string(),
+                })?;
+                pieces.push(byte);
+            }
+            let end = u32::try_from(pieces.len()).map_err(|_| TokenizerError::VocabTooLarge(n))?;
+            piece_offsets.push(end);
+        }
+
+        let mut byte_tokens = [0u32; 256];
+        for (b, slot) in byte_tokens.iter_mut().enumerate() {
+            let b = b as u8;
+            let hex = format!("<0x{b:02X}>");
+            *slot = text_to_id
+                .get(hex.as_bytes())
+                .or_else(|| text_to_id.get(&[b][..]))
+                .copied()
+                .or(v.unk)
+                .ok_or(TokenizerError::NoByteFallback { byte: b })?;
+        }
+
+        let special = SpecialMatcher::new(attrs.iter().zip(&texts).enumerate().filter_map(|(i, (&a, t))| {
+            (a & (attr::SPECIAL | attr::USER_DEFINED) != 0).then(|| (i as u32, t.as_bytes().to_vec(), a & attr::SPECIAL != 0))
+        }));
+
+        Ok(Tokenizer {
+            texts,
+            scores: v.scores,
+            types,
+            attrs,
+            text_to_id,
+            pieces,
+            piece_offsets,
+            byte_tokens,
+            special,
+            bos: v.bos,
+            eos: v.eos,
+            unk: v.unk,
+            pad: v.pad,
+            eog,
+            add_bos: v.add_bos,
+            add_eos: v.add_eos,
+            add_space_prefix: v.add_space_prefix,
+        })
+    }
+
+    /// Tokenizes `text`.
+    ///
+    /// `add_special` adds the model's BOS token in front when the model asks
+    /// for one (`add_bos_token`, true for Gemma) and EOS at the end when it
+    /// asks for that (`add_eos_token`), as llama.cpp's `add_special` does.
+    /// `parse_special` lets control tokens written in the text (such as
+    /// `<start_of_turn>`) become those tokens; user-defined tokens are matched
+    /// either way.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && self.add_bos {
+            out.push(self.bos);
+        }
+
+        let mut frags = Vec::new();
+        self.special.partition(text.as_bytes(), parse_special, &mut frags);
+        let mut session = SpmSession::default();
+        let mut escaped = String::new();
+        let mut prev_special = true;
+        for frag in frags {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Raw { start, end } => {
+                    // Fragment bounds are starts/ends of matched UTF-8 token
+                    // texts, hence character boundaries.
+                    let Some(raw) = text.get(start..end) else {
+                        debug_assert!(false, "fragment {start}..{end} is not on char boundaries");
+                        continue;
+                    };
+                    escaped.clear();
+                    if self.add_space_prefix && prev_special {
+                        escaped.push(SPACE_MARK);
+                    }
+                    for ch in raw.chars() {
+                        escaped.push(if ch == ' ' { SPACE_MARK } else { ch });
+                    }
+                    session.tokenize(self, &escaped, &mut out);
+                    prev_special = false;
+                }
+            }
+        }
+
+        if add_special && self.add_eos {
+            out.push(self.eos);
+        }
+        out
+    }
+
+    /// Decodes `ids` into text. Control and unknown tokens appear (as their
+    /// text) only with `render_special`. Byte sequences that are not valid
+    /// UTF-8 become U+FFFD, one per maximal invalid subpart; use
+    /// [`Tokenizer::decode_bytes`] for the exact bytes.
+    pub fn decode(&self, ids: &[u32], render_special: bool) -> Result<String, TokenizerError> {
+        let bytes = self.decode_bytes(ids, render_special)?;
+        Ok(match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
+    }
+
+    /// Decodes `ids` into the exact bytes llama.cpp's detokenizer produces.
+    pub fn decode_bytes(&self, ids: &[u32], render_special: bool) -> Result<Vec<u8>, TokenizerError> {
+        let mut out = Vec::with_capacity(ids.len() * 4);
+        for (i, &id) in ids.iter().enumerate() {
+            let piece = self.token_bytes(id, render_special)?;
+            out.extend_from_slice(self.strip_first(piece, i == 0));
+        }
+        Ok(out)
+    }
+
+    /// With `add_space_prefix`, the first decoded token loses one leading space.
+    pub(crate) fn strip_first<'a>(&self, piece: &'a [u8], first: bool) -> &'a [u8] {
+        if first && self.add_space_prefix {
+            piece.strip_prefix(b" ").unwrap_or(piece)
+        } else {
+            piece
+        }
+    }
+
+    /// The bytes token `id` decodes to (empty for control and unknown tokens
+    /// unless `render_special`). A byte token yields a single byte, which may
+    /// be part of a multi-byte UTF-8 character; see [`crate::StreamDecoder`].
+    pub fn token_bytes(&self, id: u32, render_special: bool) -> Result<&[u8], TokenizerError> {
+        let i = self.check_id(id)?;
+        if !render_special && self.attrs[i] & attr::SPECIAL != 0 {
+            return Ok(&[]);
+        }
+        let (start, end) = (self.piece_offsets[i] as usize, self.piece_offsets[i + 1] as usize);
+        Ok(&self.pieces[start..end])
+    }
+
+    /// The vocabulary text of token `id` (with `▁` for spaces, `<0xNN>` for bytes).
+    pub fn token_text(&self, id: u32) -> Result<&str, TokenizerError> {
+        Ok(&self.texts[self.check_id(id)?])
+    }
+
+    /// The type of token `id`.
+    pub fn token_type(&self, id: u32) -> Result<TokenType, TokenizerError> {
+        Ok(self.types[self.check_id(id)?])
+    }
+
+    /// The merge score of token `id`.
+    pub fn token_score(&self, id: u32) -> Result<f32, TokenizerError> {
+        Ok(self.scores[self.check_id(id)?])
+    }
+
+    /// The id of the token whose vocabulary text is exactly `text`.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.lookup(text.as_bytes())
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.texts.len()
+    }
+
+    /// Beginning-of-sequence token.
+    pub fn bos(&self) -> u32 {
+        self.bos
+    }
+
+    /// End-of-sequence token.
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// Unknown token, if the vocabulary names one.
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
+    }
+
+    /// Padding token, if the vocabulary names one.
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
+    }
+
+    /// Whether `encode` with `add_special` prepends BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Whether `encode` with `add_special` appends EOS.
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+
+    /// Whether generation stops at `id` (EOS, `<end_of_turn>`, ...).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// All end-of-generation tokens, ascending.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Whether `id` is a control or unknown token (hidden when decoding
+    /// without `render_special`). False for out-of-range ids.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.attrs.get(id as usize).is_some_and(|a| a & attr::SPECIAL != 0)
+    }
+
+    fn check_id(&self, id: u32) -> Result<usize, TokenizerError> {
+        let i = id as usize;
+        if i < self.texts.len() {
+            Ok(i)
+        } else {
+            Err(TokenizerError::InvalidTokenId {
+                id,
+                vocab_size: self.texts.len(),
+            })
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lookup(&self, text: &[u8]) -> Option<u32> {
+        self.text_to_id.get(text).copied()
+    }
+
+    /// Score of a token known to be in range.
+    #[inline]
+    pub(crate) fn score(&self, id: u32) -> f32 {
+        self.scores[id as usize]
+    }
+
+    #[inline]
+    pub(crate) fn byte_token(&self, b: u8) -> u32 {
+        self.byte_tokens[b as usize]
+    }
+}
+
+/// Parses `<0xNN>` (either hex case).
+fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
