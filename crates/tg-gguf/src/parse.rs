@@ -71,7 +71,13 @@ impl<'a> Reader<'a> {
     }
 
     /// Checks that `count` entries of at least `min_size` bytes each can fit.
-    fn check_count(&self, count: u64, min_size: u64, at: usize, what: &dyn Fn() -> String) -> Result<usize, GgufError> {
+    fn check_count(
+        &self,
+        count: u64,
+        min_size: u64,
+        at: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<usize, GgufError> {
         let needed = u128::from(count) * u128::from(min_size);
         if needed > self.left() as u128 {
             return Err(GgufError::ImplausibleLength {
@@ -103,7 +109,11 @@ impl<'a> Reader<'a> {
         let bytes = self.take(len as usize, what)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(GgufError::InvalidUtf8 { file: self.file.to_string(), what: what(), offset: start as u64 }),
+            Err(_) => Err(GgufError::InvalidUtf8 {
+                file: self.file.to_string(),
+                what: what(),
+                offset: start as u64,
+            }),
         }
     }
 
@@ -154,7 +164,8 @@ impl<'a> Reader<'a> {
                 })?;
                 let count_at = self.pos;
                 let count = self.u64(&|| format!("array length of {key:?}"))?;
-                let count = self.check_count(count, min, count_at, &|| format!("array length of {key:?}"))?;
+                let count =
+                    self.check_count(count, min, count_at, &|| format!("array length of {key:?}"))?;
                 let mut v = Vec::with_capacity(count.min(1 << 16));
                 for _ in 0..count {
                     v.push(self.value(elem_ty, key, depth + 1)?);
@@ -207,7 +218,11 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         } else {
             String::new()
         };
-        return Err(GgufError::UnsupportedVersion { file: file.to_string(), version, hint });
+        return Err(GgufError::UnsupportedVersion {
+            file: file.to_string(),
+            version,
+            hint,
+        });
     }
 
     let at = r.pos;
@@ -226,7 +241,10 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         let ty = r.u32(&|| format!("value type of {key:?}"))?;
         let value = r.value(ty, &key, 0)?;
         if key_index.insert(key.clone(), metadata.len()).is_some() {
-            return Err(GgufError::DuplicateKey { file: file.to_string(), key });
+            return Err(GgufError::DuplicateKey {
+                file: file.to_string(),
+                key,
+            });
         }
         metadata.push((key, value));
     }
@@ -235,7 +253,12 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         None => DEFAULT_ALIGNMENT,
         Some(v) => match v.as_u32() {
             Some(a) if a.is_power_of_two() => a as usize,
-            _ => return Err(GgufError::BadAlignment { file: file.to_string(), found: v.describe() }),
+            _ => {
+                return Err(GgufError::BadAlignment {
+                    file: file.to_string(),
+                    found: v.describe(),
+                })
+            }
         },
     };
 
@@ -251,7 +274,12 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         let name = r.string(&|| format!("tensor name #{i}"))?;
         let n_dims = r.u32(&|| format!("dimension count of tensor {name:?}"))?;
         if n_dims > MAX_DIMS {
-            return Err(GgufError::TooManyDims { file: file.to_string(), tensor: name, n_dims, max: MAX_DIMS });
+            return Err(GgufError::TooManyDims {
+                file: file.to_string(),
+                tensor: name,
+                n_dims,
+                max: MAX_DIMS,
+            });
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for d in 0..n_dims {
@@ -265,9 +293,17 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         })?;
         let offset = r.u64(&|| format!("data offset of tensor {name:?}"))?;
         if tensor_index.insert(name.clone(), raw.len()).is_some() {
-            return Err(GgufError::DuplicateTensor { file: file.to_string(), name });
+            return Err(GgufError::DuplicateTensor {
+                file: file.to_string(),
+                name,
+            });
         }
-        raw.push(RawTensor { name, dims, ty, offset });
+        raw.push(RawTensor {
+            name,
+            dims,
+            ty,
+            offset,
+        });
     }
 
     let file_len = buf.len() as u64;
@@ -285,7 +321,9 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         };
         let mut n_elements: u64 = 1;
         for &d in &t.dims {
-            n_elements = n_elements.checked_mul(d).ok_or_else(|| overflow("element count exceeds u64"))?;
+            n_elements = n_elements
+                .checked_mul(d)
+                .ok_or_else(|| overflow("element count exceeds u64"))?;
         }
         if n_elements > i64::MAX as u64 || t.dims.iter().any(|&d| d > i64::MAX as u64) {
             return Err(overflow("element count exceeds i64::MAX"));
@@ -338,7 +376,9 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
     }
 
     // Overlap check over non-empty tensors sorted by start.
-    let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].n_bytes > 0).collect();
+    let mut order: Vec<usize> = (0..tensors.len())
+        .filter(|&i| tensors[i].n_bytes > 0)
+        .collect();
     order.sort_by_key(|&i| (tensors[i].offset, i));
     for w in order.windows(2) {
         let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
@@ -356,5 +396,13 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         }
     }
 
-    Ok(Parsed { version, alignment, metadata, key_index, tensors, tensor_index, data_offset })
+    Ok(Parsed {
+        version,
+        alignment,
+        metadata,
+        key_index,
+        tensors,
+        tensor_index,
+        data_offset,
+    })
 }

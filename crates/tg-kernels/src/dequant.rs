@@ -24,24 +24,32 @@ mod scalar;
 /// Elements per decode unit of the unquantized formats (F32/F16/BF16).
 pub(crate) const PLAIN_BLOCK: usize = 16;
 
-/// Block decoders. Each `dec_*` decodes one unit at `p` and calls `f(i, v)` for its vectors in
-/// order, `v` holding elements `i * LANES .. (i + 1) * LANES` of the unit. Units are one ggml
+/// Receives decoded vectors. (A trait with `#[inline(always)]` methods rather than a closure:
+/// closures cannot be forced inline, and one left out of line would lose the target features
+/// and every intrinsic in it would become a call.)
+pub(crate) trait Sink<V> {
+    /// Vector `i` of the unit being decoded.
+    unsafe fn put(&mut self, i: usize, v: V);
+}
+
+/// Block decoders. Each `dec_*` decodes one unit at `p` and calls `k.put(i, v)` for its vectors
+/// in order, `v` holding elements `i * LANES .. (i + 1) * LANES` of the unit. Units are one ggml
 /// block for quantized formats and [`PLAIN_BLOCK`] elements for F32/F16/BF16.
 ///
 /// # Safety
 /// `p` must point at a whole unit; the ISA must be available.
 pub(crate) trait SimdDecode: Simd {
-    unsafe fn dec_f32<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_f16<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_bf16<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q4_0<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q4_1<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q5_0<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q5_1<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q8_0<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q4_k<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q5_k<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
-    unsafe fn dec_q6_k<F: FnMut(usize, Self::V)>(p: *const u8, f: F);
+    unsafe fn dec_f32<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_f16<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_bf16<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q4_0<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q4_1<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q5_0<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q5_1<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q8_0<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q4_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q5_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+    unsafe fn dec_q6_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
 }
 
 /// A weight format with a SIMD decoder, as a type so kernels monomorphize per format.
@@ -53,7 +61,7 @@ pub(crate) trait Fmt {
     /// F32/F16/BF16: rows may end in a partial unit, decoded with [`Fmt::elem`].
     const PLAIN: bool = false;
     /// Decodes one unit (see [`SimdDecode`]).
-    unsafe fn decode<S: SimdDecode, F: FnMut(usize, S::V)>(p: *const u8, f: F);
+    unsafe fn decode<S: SimdDecode, K: Sink<S::V>>(p: *const u8, k: &mut K);
     /// Element `i` of a plain-format row starting at `row` (only called when `PLAIN`).
     #[inline(always)]
     unsafe fn elem(_row: *const u8, _i: usize) -> f32 {
@@ -72,8 +80,8 @@ pub(crate) mod fmt {
                 const BLOCK: usize = $block;
                 const BYTES: usize = $bytes;
                 #[inline(always)]
-                unsafe fn decode<S: SimdDecode, F: FnMut(usize, S::V)>(p: *const u8, f: F) {
-                    S::$dec(p, f)
+                unsafe fn decode<S: SimdDecode, K: Sink<S::V>>(p: *const u8, k: &mut K) {
+                    S::$dec(p, k)
                 }
             }
         )*};
@@ -95,8 +103,8 @@ pub(crate) mod fmt {
         const BYTES: usize = 4 * PLAIN_BLOCK;
         const PLAIN: bool = true;
         #[inline(always)]
-        unsafe fn decode<S: SimdDecode, F: FnMut(usize, S::V)>(p: *const u8, f: F) {
-            S::dec_f32(p, f)
+        unsafe fn decode<S: SimdDecode, K: Sink<S::V>>(p: *const u8, k: &mut K) {
+            S::dec_f32(p, k)
         }
         #[inline(always)]
         unsafe fn elem(row: *const u8, i: usize) -> f32 {
@@ -110,8 +118,8 @@ pub(crate) mod fmt {
         const BYTES: usize = 2 * PLAIN_BLOCK;
         const PLAIN: bool = true;
         #[inline(always)]
-        unsafe fn decode<S: SimdDecode, F: FnMut(usize, S::V)>(p: *const u8, f: F) {
-            S::dec_f16(p, f)
+        unsafe fn decode<S: SimdDecode, K: Sink<S::V>>(p: *const u8, k: &mut K) {
+            S::dec_f16(p, k)
         }
         #[inline(always)]
         unsafe fn elem(row: *const u8, i: usize) -> f32 {
@@ -125,8 +133,8 @@ pub(crate) mod fmt {
         const BYTES: usize = 2 * PLAIN_BLOCK;
         const PLAIN: bool = true;
         #[inline(always)]
-        unsafe fn decode<S: SimdDecode, F: FnMut(usize, S::V)>(p: *const u8, f: F) {
-            S::dec_bf16(p, f)
+        unsafe fn decode<S: SimdDecode, K: Sink<S::V>>(p: *const u8, k: &mut K) {
+            S::dec_bf16(p, k)
         }
         #[inline(always)]
         unsafe fn elem(row: *const u8, i: usize) -> f32 {
@@ -176,10 +184,16 @@ pub fn supports_type(ty: GgmlType) -> bool {
 /// `src` holds the row's bytes, `dst` has room for `k` floats; the ISA of `S` is available.
 #[inline(always)]
 pub(crate) unsafe fn dequant_row_simd<S: SimdDecode, D: Fmt>(src: *const u8, k: usize, dst: *mut f32) {
+    struct Store<S>(*mut f32, std::marker::PhantomData<S>);
+    impl<S: Simd> Sink<S::V> for Store<S> {
+        #[inline(always)]
+        unsafe fn put(&mut self, i: usize, v: S::V) {
+            S::store(self.0.add(i * S::LANES), v)
+        }
+    }
     let nb = k / D::BLOCK;
     for b in 0..nb {
-        let o = dst.add(b * D::BLOCK);
-        D::decode::<S, _>(src.add(b * D::BYTES), |i, v| S::store(o.add(i * S::LANES), v));
+        D::decode::<S, _>(src.add(b * D::BYTES), &mut Store::<S>(dst.add(b * D::BLOCK), std::marker::PhantomData));
     }
     if D::PLAIN {
         for e in nb * D::BLOCK..k {

@@ -14,7 +14,7 @@
 
 use tg_quant::GgmlType;
 
-use crate::dequant::{dequant_row_simd, fmt, row_bytes_checked, with_fmt, Fmt, SimdDecode};
+use crate::dequant::{dequant_row_simd, fmt, row_bytes_checked, with_fmt, Fmt, SimdDecode, Sink};
 use crate::isa::{checked, isa, run_on, IsaTask};
 use crate::matmul_f32::{micro_dot, MR};
 use crate::par::{for_ranges, SyncPtr};
@@ -33,35 +33,44 @@ const TILE_BYTES: usize = 64 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Streaming matvec.
 
+/// Multiplies decoded weight vectors into `R` activation rows (see [`dot_rows`]).
+struct DotSink<S: Simd, const R: usize> {
+    x: [*const f32; R],
+    /// Two accumulators per row: even vectors go to `[r][0]`, odd ones to `[r][1]`.
+    acc: [[S::V; 2]; R],
+}
+
+impl<S: Simd, const R: usize> Sink<S::V> for DotSink<S, R> {
+    #[inline(always)]
+    unsafe fn put(&mut self, i: usize, v: S::V) {
+        let s = i & 1;
+        for r in 0..R {
+            self.acc[r][s] = S::fma(v, S::load(self.x[r].add(i * S::LANES)), self.acc[r][s]);
+        }
+    }
+}
+
 /// `[Σ_k x_r[k] · W[k]]_r` for one weight row `w` of `k` elements and `R` activation rows.
 #[inline(always)]
 unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w: *const u8, k: usize) -> [f32; R] {
-    let l = S::LANES;
     let nb = k / D::BLOCK;
-    let mut acc = [[S::zero(); 2]; R];
-    // Two blocks per step; the second uses the other accumulator of each pair first, so even a
-    // one-vector unit (F32 on AVX-512) alternates between two dependency chains.
-    let mut step = |b: usize, flip: usize| {
-        let xo = b * D::BLOCK;
-        D::decode::<S, _>(w.add(b * D::BYTES), |i, v| {
-            let s = (i & 1) ^ flip;
+    let mut sink = DotSink::<S, R> { x, acc: [[S::zero(); 2]; R] };
+    for b in 0..nb {
+        for r in 0..R {
+            sink.x[r] = x[r].add(b * D::BLOCK);
+        }
+        D::decode::<S, _>(w.add(b * D::BYTES), &mut sink);
+        // With an odd number of vectors per unit (F32 on AVX-512: one), swap each pair between
+        // units so both accumulators still take turns (two dependency chains, not one).
+        if (D::BLOCK / S::LANES) % 2 == 1 {
             for r in 0..R {
-                acc[r][s] = S::fma(v, S::load(x[r].add(xo + i * l)), acc[r][s]);
+                sink.acc[r].swap(0, 1);
             }
-        });
-    };
-    let mut b = 0;
-    while b + 2 <= nb {
-        step(b, 0);
-        step(b + 1, 1);
-        b += 2;
-    }
-    if b < nb {
-        step(b, 0);
+        }
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        out[r] = S::reduce_add(S::add(acc[r][0], acc[r][1]));
+        out[r] = S::reduce_add(S::add(sink.acc[r][0], sink.acc[r][1]));
     }
     if D::PLAIN {
         for e in nb * D::BLOCK..k {

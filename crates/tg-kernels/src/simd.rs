@@ -76,8 +76,8 @@ pub(crate) trait Simd: Copy + 'static {
     /// Lane sums of four vectors, `[Σa, Σb, Σc, Σd]`.
     unsafe fn hsum4(a: Self::V, b: Self::V, c: Self::V, d: Self::V) -> [f32; 4];
 
-    /// Exact IEEE binary16 → binary32 conversion of one value.
-    unsafe fn f16_to_f32(h: u16) -> f32;
+    /// The binary16 value `h`, converted exactly, in every lane.
+    unsafe fn splat_f16(h: u16) -> Self::V;
 }
 
 /// Exact binary16 → binary32 conversion without hardware support.
@@ -115,4 +115,90 @@ pub(crate) unsafe fn rd_u16(p: *const u8) -> u16 {
 pub(crate) unsafe fn rd_u32(p: *const u8) -> u32 {
     // SAFETY: caller guarantees 4 readable bytes.
     u32::from_le_bytes(unsafe { p.cast::<[u8; 4]>().read_unaligned() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lanes<S: Simd>(v: S::V) -> Vec<f32> {
+        let mut out = vec![0.0f32; S::LANES];
+        // SAFETY: `out` has LANES elements; callers check ISA availability.
+        unsafe { S::store(out.as_mut_ptr(), v) };
+        out
+    }
+
+    /// Every binary16 pattern converts exactly like the reference, on every ISA.
+    #[test]
+    fn f16_conversion_is_exact_for_all_patterns() {
+        for h in 0..=u16::MAX {
+            let want = tg_quant::f16_to_f32(h);
+            let check = |got: f32, who: &str| {
+                if want.is_nan() {
+                    assert!(got.is_nan(), "{who} {h:#06x}");
+                } else {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{who} {h:#06x}");
+                }
+            };
+            check(f16_to_f32_soft(h), "soft");
+            // SAFETY: pure computation.
+            for v in lanes::<Scalar>(unsafe { Scalar::splat_f16(h) }) {
+                check(v, "scalar");
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                if crate::Isa::Avx2.is_available() {
+                    // SAFETY: AVX2+F16C available.
+                    for v in lanes::<Avx2>(unsafe { Avx2::splat_f16(h) }) {
+                        check(v, "avx2");
+                    }
+                }
+                if crate::Isa::Avx512.is_available() {
+                    // SAFETY: AVX-512 available.
+                    for v in lanes::<Avx512>(unsafe { Avx512::splat_f16(h) }) {
+                        check(v, "avx512");
+                    }
+                }
+            }
+        }
+    }
+
+    fn horizontal<S: Simd>() {
+        let l = S::LANES;
+        let data: Vec<f32> = (0..4 * l).map(|i| (i * i % 97) as f32 - 40.0).collect();
+        // SAFETY: callers check ISA availability; `data` has 4·LANES elements.
+        unsafe {
+            let v: Vec<S::V> = (0..4).map(|j| S::load(data.as_ptr().add(j * l))).collect();
+            let sums = S::hsum4(v[0], v[1], v[2], v[3]);
+            for j in 0..4 {
+                let want: f32 = data[j * l..(j + 1) * l].iter().sum();
+                assert_eq!(sums[j], want, "hsum4 lane {j}");
+                assert_eq!(S::reduce_add(v[j]), want, "reduce_add {j}");
+                let mx = data[j * l..(j + 1) * l].iter().cloned().fold(f32::MIN, f32::max);
+                assert_eq!(S::reduce_max(v[j]), mx, "reduce_max {j}");
+            }
+            for n in 0..l {
+                let t = lanes::<S>(S::load_tail(data.as_ptr(), n));
+                assert_eq!(&t[..n], &data[..n]);
+                assert!(t[n..].iter().all(|&x| x == 0.0));
+                let mut out = vec![f32::NAN; l];
+                S::store_tail(out.as_mut_ptr(), n, S::splat(1.5));
+                assert!(out[..n].iter().all(|&x| x == 1.5) && out[n..].iter().all(|x| x.is_nan()));
+            }
+        }
+    }
+
+    #[test]
+    fn horizontal_ops_and_tails() {
+        horizontal::<Scalar>();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::Isa::Avx2.is_available() {
+                horizontal::<Avx2>();
+            }
+            if crate::Isa::Avx512.is_available() {
+                horizontal::<Avx512>();
+            }
+        }
+    }
 }

@@ -154,8 +154,6 @@ impl Gemma3 {
     }
 }
 
-/// Re-exported for callers that time generation themselves.
-pub use GenTimings as Timings;
 
 #[cfg(test)]
 mod tests {

@@ -36,15 +36,16 @@ pub unsafe trait Block: Copy + Sized + 'static {
     /// number of blocks, the pointer is not aligned for `Self`, or the host is big-endian.
     fn cast_slice(bytes: &[u8]) -> Option<&[Self]> {
         let size = std::mem::size_of::<Self>();
-        if cfg!(target_endian = "big")
-            || bytes.len() % size != 0
-            || (bytes.as_ptr() as usize) % std::mem::align_of::<Self>() != 0
-        {
+        let tail = bytes.len() % size;
+        let misalign = (bytes.as_ptr() as usize) % std::mem::align_of::<Self>();
+        if cfg!(target_endian = "big") || tail != 0 || misalign != 0 {
             return None;
         }
         // SAFETY: length and alignment are checked above; `Self` is POD with no padding and
         // every bit pattern valid (trait contract), and the lifetime is tied to `bytes`.
-        Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / size) })
+        Some(unsafe {
+            std::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / size)
+        })
     }
 
     /// Reads one block from the start of `bytes` (any alignment). `None` if too short.
@@ -61,7 +62,12 @@ pub unsafe trait Block: Copy + Sized + 'static {
     /// The block's bytes.
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: POD without padding, so all `size_of::<Self>()` bytes are initialized.
-        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            )
+        }
     }
 }
 

@@ -14,11 +14,13 @@ pub mod quantize;
 pub mod random;
 
 pub use blocks::{
-    get_scale_min_k4, unpack_q3k_scales, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, K_SCALE_SIZE, QK32, QK_K,
+    get_scale_min_k4, unpack_q3k_scales, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, K_SCALE_SIZE, QK32,
+    QK_K,
 };
 pub use dequant::{
-    bf16_to_f32, can_dequantize, dequantize_block, dequantize_row, dequantize_to_vec, f16_to_f32, f32_to_f16,
+    bf16_to_f32, can_dequantize, dequantize_block, dequantize_row, dequantize_to_vec, f16_to_f32,
+    f32_to_f16,
 };
 pub use quantize::{quantize_row_q8_0, quantize_row_q8_k};
 pub use random::random_blocks;
@@ -222,10 +224,17 @@ impl GgmlType {
     /// Bytes taken by a row of `n` elements, or an error if `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Result<usize, QuantError> {
         let b = self.block_size();
-        if n % b != 0 {
-            return Err(QuantError::RowNotBlockMultiple { ty: self.name(), n, block: b });
+        let tail = n % b;
+        if tail != 0 {
+            return Err(QuantError::RowNotBlockMultiple {
+                ty: self.name(),
+                n,
+                block: b,
+            });
         }
-        (n / b).checked_mul(self.type_size()).ok_or(QuantError::Overflow { ty: self.name(), n })
+        (n / b)
+            .checked_mul(self.type_size())
+            .ok_or(QuantError::Overflow { ty: self.name(), n })
     }
 }
 

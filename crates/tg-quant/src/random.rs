@@ -132,7 +132,10 @@ mod tests {
         let b = random_blocks(GgmlType::Q8_K, 512, 7);
         for blk in b.chunks_exact(292) {
             for g in 0..16 {
-                let s: i32 = blk[4 + 16 * g..4 + 16 * g + 16].iter().map(|&q| i32::from(q as i8)).sum();
+                let s: i32 = blk[4 + 16 * g..4 + 16 * g + 16]
+                    .iter()
+                    .map(|&q| i32::from(q as i8))
+                    .sum();
                 let stored = i16::from_le_bytes([blk[260 + 2 * g], blk[261 + 2 * g]]);
                 assert_eq!(s, i32::from(stored));
             }

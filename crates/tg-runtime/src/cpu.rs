@@ -280,58 +280,16 @@ impl Device for CpuDevice {
                 need(s == out.shape, || format!("reduce output {:?} != {:?}", out.shape, s))
             }
             Kernel::MatMul { transpose_rhs } => {
-                let (la, lb) = (ins[0].1, ins[1].1);
+                arity(2)?;
+                let (a, b) = (&ins[0], &ins[1]);
                 let r = out.shape.len();
-                let (a, b) = (cast_slice::<f32>(ins[0].0)?, cast_slice::<f32>(ins[1].0)?);
-                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out.shape[r - 1]);
-                let us = |x: isize| usize::try_from(x).map_err(|_| "matmul_f32: negative stride".to_string());
-                // The kernel takes two batch dims; leading ones beyond that are looped here.
-                let nb = r - 2;
-                let lead = nb.saturating_sub(2);
-                let bdim = |l: &Layout, i: usize| -> Result<(usize, usize), String> {
-                    // (size, stride) of kernel batch dim i (0 or 1), padding with size-1 dims.
-                    let pad = 2 - (nb - lead);
-                    if i < pad {
-                        Ok((1, 0))
-                    } else {
-                        let d = lead + i - pad;
-                        Ok((l.shape[d], us(l.strides[d])?))
-                    }
-                };
-                let batch = [bdim(la, 0)?.0, bdim(la, 1)?.0];
-                let n_lead: usize = out.shape[..lead].iter().product();
-                let per = batch[0] * batch[1] * m * n;
-                for li in 0..n_lead.max(1) {
-                    let (mut oa, mut ob) = (la.offset, lb.offset);
-                    let mut rem = li;
-                    for d in (0..lead).rev() {
-                        let idx = rem % out.shape[d];
-                        rem /= out.shape[d];
-                        oa += idx * us(la.strides[d])?;
-                        ob += idx * us(lb.strides[d])?;
-                    }
-                    let av = tg_kernels::MatView {
-                        data: a,
-                        offset: oa,
-                        rows: m,
-                        cols: k,
-                        row_stride: us(la.strides[r - 2])?,
-                        col_stride: us(la.strides[r - 1])?,
-                        batch_strides: [bdim(la, 0)?.1, bdim(la, 1)?.1],
-                    };
-                    let bv = tg_kernels::MatView {
-                        data: b,
-                        offset: ob,
-                        rows: lb.shape[r - 2],
-                        cols: lb.shape[r - 1],
-                        row_stride: us(lb.strides[r - 2])?,
-                        col_stride: us(lb.strides[r - 1])?,
-                        batch_strides: [bdim(lb, 0)?.1, bdim(lb, 1)?.1],
-                    };
-                    let bv = if *transpose_rhs { bv.t() } else { bv };
-                    tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
-                }
+                need(a.dtype == DType::F32 && b.dtype == DType::F32, || "matmul_f32 operands must be f32".into())?;
+                need(r >= 2 && a.shape.len() == r && b.shape.len() == r, || "matmul_f32 operands must have the output's rank".into())?;
+                need(a.shape[..r - 2] == out.shape[..r - 2] && b.shape[..r - 2] == out.shape[..r - 2], || "batch dims must be expanded to the output's".into())?;
+                let (m, k) = (a.shape[r - 2], a.shape[r - 1]);
+                let (kb, n) = if *transpose_rhs { (b.shape[r - 1], b.shape[r - 2]) } else { (b.shape[r - 2], b.shape[r - 1]) };
+                need(k == kb && out.shape[r - 2] == m && out.shape[r - 1] == n, || "matmul_f32 dims".into())?;
+                need(a.strides.iter().chain(&b.strides).all(|&s| s >= 0), || "matmul_f32 needs non-negative strides".into())
             }
             Kernel::MatMulQuant => {
                 arity(2)?;
@@ -542,26 +500,53 @@ impl Device for CpuDevice {
                 let (a, b) = (cast_slice::<f32>(ins[0].0)?, cast_slice::<f32>(ins[1].0)?);
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out.shape[r - 1]);
-                // Flatten batch dims: each batch index gets the operands' offsets.
-                let batch_shape = &out.shape[..r - 2];
-                let nb: usize = batch_shape.iter().product();
-                let boff = |l: &Layout, bi: usize| {
-                    let mut rem = bi;
-                    let mut off = l.offset as isize;
-                    for d in (0..r - 2).rev() {
-                        off += (rem % batch_shape[d]) as isize * l.strides[d];
-                        rem /= batch_shape[d];
+                let us = |x: isize| usize::try_from(x).map_err(|_| "matmul_f32: negative stride".to_string());
+                // The kernel takes two batch dims; leading ones beyond that are looped here.
+                let nb = r - 2;
+                let lead = nb.saturating_sub(2);
+                let bdim = |l: &Layout, i: usize| -> Result<(usize, usize), String> {
+                    // (size, stride) of kernel batch dim i (0 or 1), padding with size-1 dims.
+                    let pad = 2 - (nb - lead);
+                    if i < pad {
+                        Ok((1, 0))
+                    } else {
+                        let d = lead + i - pad;
+                        Ok((l.shape[d], us(l.strides[d])?))
                     }
-                    off as usize
                 };
-                let a_offs: Vec<usize> = (0..nb).map(|bi| boff(la, bi)).collect();
-                let b_offs: Vec<usize> = (0..nb).map(|bi| boff(lb, bi)).collect();
-                let (brs, bcs) = if *transpose_rhs { (lb.strides[r - 1], lb.strides[r - 2]) } else { (lb.strides[r - 2], lb.strides[r - 1]) };
-                tg_kernels::matmul_f32_batched(
-                    &tg_kernels::BatchedMatmul { m, k, n, a, a_offsets: &a_offs, a_row_stride: la.strides[r - 2], a_col_stride: la.strides[r - 1], b, b_offsets: &b_offs, b_k_stride: brs, b_n_stride: bcs },
-                    o,
-                )
-                .map_err(|e| e.to_string())?;
+                let batch = [bdim(la, 0)?.0, bdim(la, 1)?.0];
+                let n_lead: usize = out.shape[..lead].iter().product();
+                let per = batch[0] * batch[1] * m * n;
+                for li in 0..n_lead.max(1) {
+                    let (mut oa, mut ob) = (la.offset, lb.offset);
+                    let mut rem = li;
+                    for d in (0..lead).rev() {
+                        let idx = rem % out.shape[d];
+                        rem /= out.shape[d];
+                        oa += idx * us(la.strides[d])?;
+                        ob += idx * us(lb.strides[d])?;
+                    }
+                    let av = tg_kernels::MatView {
+                        data: a,
+                        offset: oa,
+                        rows: m,
+                        cols: k,
+                        row_stride: us(la.strides[r - 2])?,
+                        col_stride: us(la.strides[r - 1])?,
+                        batch_strides: [bdim(la, 0)?.1, bdim(la, 1)?.1],
+                    };
+                    let bv = tg_kernels::MatView {
+                        data: b,
+                        offset: ob,
+                        rows: lb.shape[r - 2],
+                        cols: lb.shape[r - 1],
+                        row_stride: us(lb.strides[r - 2])?,
+                        col_stride: us(lb.strides[r - 1])?,
+                        batch_strides: [bdim(lb, 0)?.1, bdim(lb, 1)?.1],
+                    };
+                    let bv = if *transpose_rhs { bv.t() } else { bv };
+                    tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
+                }
             }
             Kernel::MatMulQuant => {
                 let (la, lw) = (ins[0].1, ins[1].1);

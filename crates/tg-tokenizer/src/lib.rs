@@ -20,6 +20,13 @@
 //!
 //! Decoding maps `▁` back to a space and byte tokens to raw bytes; control
 //! and unknown tokens are rendered (as their text) only when asked.
+//! [`StreamDecoder`] does the same one token at a time, holding back the
+//! bytes of incomplete UTF-8 characters.
+//!
+//! Like llama.cpp, a few tokens are reclassified by their text when the
+//! vocabulary is loaded (end-of-generation and fill-in-the-middle markers
+//! become control tokens). For Gemma 3 this affects `</s>`: a user-defined
+//! token in the file, it is treated as a control token that ends generation.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,10 +38,12 @@
 //! ```
 #![warn(missing_docs)]
 
+mod compat;
 mod decode;
 mod error;
 mod fxhash;
 mod gguf;
+mod index;
 mod special;
 mod spm;
 mod tokenizer;

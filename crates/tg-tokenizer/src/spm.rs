@@ -14,6 +14,12 @@ use crate::tokenizer::Tokenizer;
 
 const NONE: usize = usize::MAX;
 
+/// Longest fragment merged as a whole; merge candidates store byte sizes and
+/// symbol indices as `u32` to halve the heap's footprint. Longer fragments
+/// (4 GiB without a newline) are merged in chunks of at most this size, cut
+/// at character boundaries.
+const MAX_FRAGMENT: usize = u32::MAX as usize;
+
 #[derive(Clone, Copy)]
 struct Symbol {
     start: usize,
@@ -27,9 +33,9 @@ struct Symbol {
 #[derive(Clone, Copy)]
 struct Bigram {
     score: f32,
-    left: usize,
-    right: usize,
-    size: usize,
+    left: u32,
+    right: u32,
+    size: u32,
 }
 
 impl PartialEq for Bigram {
@@ -64,7 +70,20 @@ pub(crate) struct SpmSession {
 
 impl SpmSession {
     /// Appends the tokens of `text` (whitespace already escaped) to `out`.
-    pub(crate) fn tokenize(&mut self, tok: &Tokenizer, text: &str, out: &mut Vec<u32>) {
+    pub(crate) fn tokenize(&mut self, tok: &Tokenizer, mut text: &str, out: &mut Vec<u32>) {
+        while text.len() > MAX_FRAGMENT {
+            let mut cut = MAX_FRAGMENT;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let (head, tail) = text.split_at(cut);
+            self.tokenize_fragment(tok, head, out);
+            text = tail;
+        }
+        self.tokenize_fragment(tok, text, out);
+    }
+
+    fn tokenize_fragment(&mut self, tok: &Tokenizer, text: &str, out: &mut Vec<u32>) {
         self.symbols.clear();
         self.queue.clear();
         if text.is_empty() {
@@ -89,22 +108,23 @@ impl SpmSession {
         }
 
         while let Some(b) = self.queue.pop() {
-            let left = self.symbols[b.left];
-            let right = self.symbols[b.right];
+            let (bl, br) = (b.left as usize, b.right as usize);
+            let left = self.symbols[bl];
+            let right = self.symbols[br];
             // Stale: one side was merged away or has grown since the push.
-            if left.len == 0 || right.len == 0 || left.len + right.len != b.size {
+            if left.len == 0 || right.len == 0 || left.len + right.len != b.size as usize {
                 continue;
             }
-            let left_sym = &mut self.symbols[b.left];
+            let left_sym = &mut self.symbols[bl];
             left_sym.len += right.len;
             left_sym.next = right.next;
             let (new_prev, new_next) = (left_sym.prev, left_sym.next);
-            self.symbols[b.right].len = 0;
+            self.symbols[br].len = 0;
             if new_next != NONE {
-                self.symbols[new_next].prev = b.left;
+                self.symbols[new_next].prev = bl;
             }
-            self.try_add_bigram(tok, bytes, new_prev, b.left);
-            self.try_add_bigram(tok, bytes, b.left, new_next);
+            self.try_add_bigram(tok, bytes, new_prev, bl);
+            self.try_add_bigram(tok, bytes, bl, new_next);
         }
 
         let mut i = 0;
@@ -130,11 +150,12 @@ impl SpmSession {
         let Some(id) = tok.lookup(&bytes[l.start..l.start + size]) else {
             return;
         };
+        // Symbol indices and sizes fit in u32: see `MAX_FRAGMENT`.
         self.queue.push(Bigram {
             score: tok.score(id),
-            left,
-            right,
-            size,
+            left: left as u32,
+            right: right as u32,
+            size: size as u32,
         });
     }
 }

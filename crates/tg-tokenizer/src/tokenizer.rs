@@ -1,6 +1,7 @@
 //! The [`Tokenizer`]: construction, encoding and decoding.
 
-use crate::fxhash::FxHashMap;
+use crate::compat;
+use crate::index::{Insert, TextIndex};
 use crate::special::{Fragment, SpecialMatcher};
 use crate::spm::SpmSession;
 use crate::{TokenType, TokenizerError, Vocab};
@@ -10,7 +11,7 @@ pub(crate) const SPACE_MARK: char = '\u{2581}';
 
 /// Token attribute bits (llama.cpp derives these from the token type and a
 /// few token texts).
-mod attr {
+pub(crate) mod attr {
     pub const UNKNOWN: u8 = 1 << 0;
     pub const UNUSED: u8 = 1 << 1;
     pub const NORMAL: u8 = 1 << 2;
@@ -21,34 +22,16 @@ mod attr {
     pub const SPECIAL: u8 = UNKNOWN | CONTROL;
 }
 
-/// Token texts that end generation. Such a token is also treated as a control
-/// token even when its type says otherwise (as llama.cpp does).
-const EOG_TEXTS: &[&str] = &[
-    "<end_of_turn>",
-    "<eos>",
-    "<|eot_id|>",
-    "<|eom_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "<end_of_utterance>",
-];
-
 /// A SentencePiece tokenizer compatible with llama.cpp's SPM tokenizer.
 ///
 /// Built once from a [`Vocab`] or a GGUF file; encoding and decoding take
 /// `&self` and can run from several threads at once.
-#[derive(Debug)]
 pub struct Tokenizer {
-    texts: Vec<Box<str>>,
+    /// Token texts and the text -> id map over all tokens, whatever their type.
+    texts: TextIndex,
     scores: Vec<f32>,
     types: Vec<TokenType>,
     attrs: Vec<u8>,
-    /// Text -> id over all tokens, whatever their type.
-    text_to_id: FxHashMap<Box<[u8]>, u32>,
     /// Decoded bytes of every token (as rendered with `render_special`),
     /// concatenated; token `i` is `pieces[piece_offsets[i]..piece_offsets[i + 1]]`.
     pieces: Vec<u8>,
@@ -66,6 +49,22 @@ pub struct Tokenizer {
     add_space_prefix: bool,
 }
 
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("unk", &self.unk)
+            .field("pad", &self.pad)
+            .field("eog", &self.eog)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .field("add_space_prefix", &self.add_space_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Tokenizer {
     /// Builds a tokenizer, validating the vocabulary (array lengths, token
     /// types, scores, special ids, duplicate texts, byte tokens).
@@ -73,26 +72,30 @@ impl Tokenizer {
         let types = v.validate()?;
         let n = v.tokens.len();
 
-        let mut texts: Vec<Box<str>> = Vec::with_capacity(n);
-        let mut text_to_id: FxHashMap<Box<[u8]>, u32> = FxHashMap::default();
-        text_to_id.reserve(n);
-        for (i, text) in v.tokens.into_iter().enumerate() {
-            let id = i as u32;
+        let total: usize = v.tokens.iter().map(|t| t.len()).sum();
+        let mut texts = TextIndex::with_capacity(n, total);
+        for (i, text) in v.tokens.iter().enumerate() {
             // llama.cpp gives empty entries a placeholder text.
-            let text = if text.is_empty() { format!("[EMPTY_{i}]") } else { text };
-            if let Some(first) = text_to_id.insert(Box::from(text.as_bytes()), id) {
-                return Err(TokenizerError::DuplicateToken { text, first, second: id });
+            let placeholder;
+            let text = if text.is_empty() {
+                placeholder = format!("[EMPTY_{i}]");
+                &placeholder
+            } else {
+                text
+            };
+            if let Insert::Duplicate(first) = texts.push(text) {
+                return Err(TokenizerError::DuplicateToken {
+                    text: text.clone(),
+                    first,
+                    second: i as u32,
+                });
             }
-            texts.push(text.into_boxed_str());
         }
+        drop(v.tokens);
 
-        let eog_texts: FxHashMap<&[u8], ()> = EOG_TEXTS.iter().map(|t| (t.as_bytes(), ())).collect();
-        let mut attrs = Vec::with_capacity(n);
-        let mut eog = vec![v.eos];
-        eog.extend(v.eot);
-        eog.extend(v.eom);
-        for (i, (&ty, text)) in types.iter().zip(&texts).enumerate() {
-            let mut a = match ty {
+        let mut attrs: Vec<u8> = types
+            .iter()
+            .map(|ty| match ty {
                 TokenType::Undefined => 0,
                 TokenType::Normal => attr::NORMAL,
                 TokenType::Unknown => attr::UNKNOWN,
@@ -100,20 +103,20 @@ impl Tokenizer {
                 TokenType::UserDefined => attr::USER_DEFINED,
                 TokenType::Unused => attr::UNUSED,
                 TokenType::Byte => attr::BYTE,
-            };
-            if eog_texts.contains_key(text.as_bytes()) {
-                a |= attr::CONTROL;
-                eog.push(i as u32);
-            }
-            attrs.push(a);
-        }
+            })
+            .collect();
+        let mut eog = vec![v.eos];
+        eog.extend(v.eot);
+        eog.extend(v.eom);
+        compat::apply_text_rules(|t| texts.lookup(t.as_bytes()), &mut attrs, &mut eog);
         eog.sort_unstable();
         eog.dedup();
 
         let mut pieces = Vec::with_capacity(n * 4);
         let mut piece_offsets = Vec::with_capacity(n + 1);
         piece_offsets.push(0u32);
-        for (i, (&a, text)) in attrs.iter().zip(&texts).enumerate() {
+        for (i, &a) in attrs.iter().enumerate() {
+            let text = texts.get(i as u32);
             if a & (attr::SPECIAL | attr::USER_DEFINED) != 0 {
                 pieces.extend_from_slice(text.as_bytes());
             } else if a & attr::NORMAL != 0 {
@@ -137,16 +140,22 @@ impl Tokenizer {
         for (b, slot) in byte_tokens.iter_mut().enumerate() {
             let b = b as u8;
             let hex = format!("<0x{b:02X}>");
-            *slot = text_to_id
-                .get(hex.as_bytes())
-                .or_else(|| text_to_id.get(&[b][..]))
-                .copied()
+            *slot = texts
+                .lookup(hex.as_bytes())
+                .or_else(|| texts.lookup(&[b]))
                 .or(v.unk)
                 .ok_or(TokenizerError::NoByteFallback { byte: b })?;
         }
 
-        let special = SpecialMatcher::new(attrs.iter().zip(&texts).enumerate().filter_map(|(i, (&a, t))| {
-            (a & (attr::SPECIAL | attr::USER_DEFINED) != 0).then(|| (i as u32, t.as_bytes().to_vec(), a & attr::SPECIAL != 0))
+        let special = SpecialMatcher::new(attrs.iter().enumerate().filter_map(|(i, &a)| {
+            let id = i as u32;
+            (a & (attr::SPECIAL | attr::USER_DEFINED) != 0).then(|| {
+                (
+                    id,
+                    texts.get(id).as_bytes().to_vec(),
+                    a & attr::SPECIAL != 0,
+                )
+            })
         }));
 
         Ok(Tokenizer {
@@ -154,7 +163,6 @@ impl Tokenizer {
             scores: v.scores,
             types,
             attrs,
-            text_to_id,
             pieces,
             piece_offsets,
             byte_tokens,
@@ -185,7 +193,8 @@ impl Tokenizer {
         }
 
         let mut frags = Vec::new();
-        self.special.partition(text.as_bytes(), parse_special, &mut frags);
+        self.special
+            .partition(text.as_bytes(), parse_special, &mut frags);
         let mut session = SpmSession::default();
         let mut escaped = String::new();
         let mut prev_special = true;
@@ -234,7 +243,11 @@ impl Tokenizer {
     }
 
     /// Decodes `ids` into the exact bytes llama.cpp's detokenizer produces.
-    pub fn decode_bytes(&self, ids: &[u32], render_special: bool) -> Result<Vec<u8>, TokenizerError> {
+    pub fn decode_bytes(
+        &self,
+        ids: &[u32],
+        render_special: bool,
+    ) -> Result<Vec<u8>, TokenizerError> {
         let mut out = Vec::with_capacity(ids.len() * 4);
         for (i, &id) in ids.iter().enumerate() {
             let piece = self.token_bytes(id, render_special)?;
@@ -260,13 +273,17 @@ impl Tokenizer {
         if !render_special && self.attrs[i] & attr::SPECIAL != 0 {
             return Ok(&[]);
         }
-        let (start, end) = (self.piece_offsets[i] as usize, self.piece_offsets[i + 1] as usize);
+        let (start, end) = (
+            self.piece_offsets[i] as usize,
+            self.piece_offsets[i + 1] as usize,
+        );
         Ok(&self.pieces[start..end])
     }
 
     /// The vocabulary text of token `id` (with `▁` for spaces, `<0xNN>` for bytes).
     pub fn token_text(&self, id: u32) -> Result<&str, TokenizerError> {
-        Ok(&self.texts[self.check_id(id)?])
+        let i = self.check_id(id)?;
+        Ok(self.texts.get(i as u32))
     }
 
     /// The type of token `id`.
@@ -332,7 +349,9 @@ impl Tokenizer {
     /// Whether `id` is a control or unknown token (hidden when decoding
     /// without `render_special`). False for out-of-range ids.
     pub fn is_special(&self, id: u32) -> bool {
-        self.attrs.get(id as usize).is_some_and(|a| a & attr::SPECIAL != 0)
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|a| a & attr::SPECIAL != 0)
     }
 
     fn check_id(&self, id: u32) -> Result<usize, TokenizerError> {
@@ -349,7 +368,7 @@ impl Tokenizer {
 
     #[inline]
     pub(crate) fn lookup(&self, text: &[u8]) -> Option<u32> {
-        self.text_to_id.get(text).copied()
+        self.texts.lookup(text)
     }
 
     /// Score of a token known to be in range.

@@ -109,7 +109,8 @@ impl Vocab {
         let mut types = Vec::with_capacity(n);
         for (i, (&code, &score)) in self.token_types.iter().zip(&self.scores).enumerate() {
             let id = i as u32;
-            let ty = TokenType::from_code(code).ok_or(TokenizerError::BadTokenType { id, value: code })?;
+            let ty = TokenType::from_code(code)
+                .ok_or(TokenizerError::BadTokenType { id, value: code })?;
             if score.is_nan() {
                 return Err(TokenizerError::NanScore { id });
             }

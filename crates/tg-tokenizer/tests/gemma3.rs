@@ -27,14 +27,28 @@ const END_OF_TURN: u32 = 106;
 
 #[test]
 fn metadata() {
-    let Some((tok, load_time)) = common::gemma_tokenizer() else { return };
+    let Some((tok, load_time)) = common::gemma_tokenizer() else {
+        return;
+    };
     println!("Tokenizer::from_gguf took {load_time:?}");
-    assert!(load_time.as_secs_f64() < 1.0, "loading the vocabulary took {load_time:?}");
+    assert!(
+        load_time.as_secs_f64() < 1.0,
+        "loading the vocabulary took {load_time:?}"
+    );
     assert_eq!(tok.vocab_size(), 262_144);
-    assert_eq!((tok.bos(), tok.eos(), tok.unk(), tok.pad()), (2, 1, Some(3), Some(0)));
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.unk(), tok.pad()),
+        (2, 1, Some(3), Some(0))
+    );
     assert!(tok.add_bos() && !tok.add_eos());
-    assert_eq!(tok.eog_ids(), &[1, END_OF_TURN]);
-    assert!(tok.is_eog(1) && tok.is_eog(END_OF_TURN) && !tok.is_eog(2) && !tok.is_eog(START_OF_TURN));
+    // llama.cpp also ends generation at "</s>" (a user-defined token in
+    // Gemma 3 that it turns into a control token by its text).
+    assert_eq!(tok.eog_ids(), &[1, END_OF_TURN, 212]);
+    assert_eq!(tok.token_type(212).unwrap(), TokenType::UserDefined);
+    assert!(tok.is_special(212) && !tok.is_special(NL) && tok.is_special(START_OF_TURN));
+    assert!(
+        tok.is_eog(1) && tok.is_eog(END_OF_TURN) && !tok.is_eog(2) && !tok.is_eog(START_OF_TURN)
+    );
     assert_eq!(tok.token_type(START_OF_TURN).unwrap(), TokenType::Control);
     assert_eq!(tok.token_type(NL).unwrap(), TokenType::UserDefined);
     assert_eq!(tok.token_type(BYTE0).unwrap(), TokenType::Byte);
@@ -42,7 +56,10 @@ fn metadata() {
     assert_eq!(tok.token_bytes(BYTE0 + 0xAB, false).unwrap(), &[0xAB]);
     assert_eq!(tok.token_bytes(2430, false).unwrap(), b" user");
     assert_eq!(tok.token_bytes(START_OF_TURN, false).unwrap(), b"");
-    assert_eq!(tok.token_bytes(START_OF_TURN, true).unwrap(), b"<start_of_turn>");
+    assert_eq!(
+        tok.token_bytes(START_OF_TURN, true).unwrap(),
+        b"<start_of_turn>"
+    );
 }
 
 #[test]
@@ -68,9 +85,15 @@ fn structural_cases() {
     // Control tokens only with parse_special.
     let text = "<start_of_turn>user\nHello<end_of_turn>\n";
     let special = tok.encode(text, true, true);
-    assert_eq!(special, vec![2, START_OF_TURN, 2364, NL, 9259, END_OF_TURN, NL]);
+    assert_eq!(
+        special,
+        vec![2, START_OF_TURN, 2364, NL, 9259, END_OF_TURN, NL]
+    );
     let plain = tok.encode(text, false, false);
-    assert!(!plain.contains(&START_OF_TURN) && !plain.contains(&END_OF_TURN), "{plain:?}");
+    assert!(
+        !plain.contains(&START_OF_TURN) && !plain.contains(&END_OF_TURN),
+        "{plain:?}"
+    );
     assert_eq!(tok.decode(&plain, false).unwrap(), text);
     assert_eq!(tok.decode(&special, false).unwrap(), "user\nHello\n");
     assert_eq!(tok.decode(&special, true).unwrap(), format!("<bos>{text}"));
@@ -88,9 +111,42 @@ fn structural_cases() {
 /// arbitrary scalar values (never U+2581, which decodes to a space by design).
 fn random_text(rng: &mut ChaCha8Rng, max_items: usize) -> String {
     const POOL: &[&str] = &[
-        "the", " the", "token", "izer", " ", "  ", "   ", "\n", "\n\n", "\t", "\r\n", ".", ",", "<", ">", "</", "-",
-        "é", "ß", "日本語", "中文", "한국어", "😀", "👍🏽", "\u{301}", "<start_of_turn>", "<end_of_turn>", "<bos>",
-        "<unused12>", "<table>", "[multimodal]", "<0x41>", "def f(x):", "1234567", "\u{0}", "\u{FEFF}",
+        "the",
+        " the",
+        "token",
+        "izer",
+        " ",
+        "  ",
+        "   ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r\n",
+        ".",
+        ",",
+        "<",
+        ">",
+        "</",
+        "-",
+        "é",
+        "ß",
+        "日本語",
+        "中文",
+        "한국어",
+        "😀",
+        "👍🏽",
+        "\u{301}",
+        "<start_of_turn>",
+        "<end_of_turn>",
+        "<bos>",
+        "<unused12>",
+        "<table>",
+        "[multimodal]",
+        "<0x41>",
+        "def f(x):",
+        "1234567",
+        "\u{0}",
+        "\u{FEFF}",
     ];
     let n = rng.gen_range(0..max_items);
     let mut s = String::new();
@@ -121,7 +177,11 @@ fn random_round_trip() {
         let s = random_text(&mut rng, 40);
         for ps in [false, true] {
             let ids = tok.encode(&s, false, ps);
-            assert_eq!(tok.decode(&ids, true).unwrap(), s, "round trip of {s:?} (parse_special {ps})");
+            assert_eq!(
+                tok.decode(&ids, true).unwrap(),
+                s,
+                "round trip of {s:?} (parse_special {ps})"
+            );
             // Streaming gives the same text.
             let mut sd = StreamDecoder::new(tok, true);
             let mut streamed = String::new();
@@ -142,7 +202,7 @@ fn spm_naive(tok: &Tokenizer, text: &str) -> Vec<u32> {
         for i in 0..syms.len().saturating_sub(1) {
             if let Some(id) = tok.token_id(&format!("{}{}", syms[i], syms[i + 1])) {
                 let s = tok.token_score(id).unwrap();
-                if best.map_or(true, |(b, _)| s > b) {
+                if !matches!(best, Some((b, _)) if s <= b) {
                     best = Some((s, i));
                 }
             }
@@ -175,7 +235,11 @@ fn heap_merge_matches_quadratic_merge() {
         while s.contains("  ") {
             s = s.replace("  ", " ");
         }
-        assert_eq!(tok.encode(&s, false, false), spm_naive(tok, &s), "text {s:?}");
+        assert_eq!(
+            tok.encode(&s, false, false),
+            spm_naive(tok, &s),
+            "text {s:?}"
+        );
         checked += 1;
     }
     assert_eq!(checked, 400);
@@ -187,7 +251,20 @@ fn long_inputs_are_fast() {
     let seed = 0x10_9e57_u64;
     println!("seed {seed:#x}");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let words = ["the", "quick", "brown", "fox", "tokenizer", "Gemma", "語", "😀", "12345", "\n", "  ", "<start_of_turn>"];
+    let words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "tokenizer",
+        "Gemma",
+        "語",
+        "😀",
+        "12345",
+        "\n",
+        "  ",
+        "<start_of_turn>",
+    ];
     let mut prose = String::new();
     while prose.len() < 2_000_000 {
         prose.push_str(words[rng.gen_range(0..words.len())]);
@@ -195,10 +272,22 @@ fn long_inputs_are_fast() {
     }
     let cases: Vec<(&str, String)> = vec![
         ("2 MB prose", prose),
-        ("500k letters, no spaces", (0..500_000).map(|i| (b'a' + (i * 7 % 26) as u8) as char).collect()),
+        (
+            "500k letters, no spaces",
+            (0..500_000)
+                .map(|i| (b'a' + (i * 7 % 26) as u8) as char)
+                .collect(),
+        ),
         ("200k spaces", " ".repeat(200_000)),
+        (
+            "2M spaces and tabs",
+            " ".repeat(1_000_000) + &"\t".repeat(1_000_000),
+        ),
         ("200k newlines", "\n".repeat(200_000)),
-        ("specials x 20k", "<unused7><start_of_turn>x<table>".repeat(20_000)),
+        (
+            "specials x 20k",
+            "<unused7><start_of_turn>x<table>".repeat(20_000),
+        ),
         ("300k 'a'", "a".repeat(300_000)),
     ];
     for (name, text) in &cases {

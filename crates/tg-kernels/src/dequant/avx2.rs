@@ -4,12 +4,13 @@
 use std::arch::x86_64::*;
 
 use super::scalar::k4_scale_min;
-use super::SimdDecode;
+use super::{SimdDecode, Sink};
 use crate::simd::{rd_u32, Avx2, Simd};
 
 #[inline(always)]
-unsafe fn half(p: *const u8) -> f32 {
-    Avx2::f16_to_f32(crate::simd::rd_u16(p))
+/// The f16 at `p` in every lane.
+unsafe fn half(p: *const u8) -> __m256 {
+    Avx2::splat_f16(crate::simd::rd_u16(p))
 }
 
 /// Low 8 i8 lanes → f32.
@@ -63,85 +64,85 @@ unsafe fn expand_bits(bits: u32) -> __m256i {
 
 impl SimdDecode for Avx2 {
     #[inline(always)]
-    unsafe fn dec_f32<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        f(0, _mm256_loadu_ps(p.cast()));
-        f(1, _mm256_loadu_ps(p.add(32).cast()));
+    unsafe fn dec_f32<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        f.put(0, _mm256_loadu_ps(p.cast()));
+        f.put(1, _mm256_loadu_ps(p.add(32).cast()));
     }
     #[inline(always)]
-    unsafe fn dec_f16<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        f(0, _mm256_cvtph_ps(_mm_loadu_si128(p.cast())));
-        f(1, _mm256_cvtph_ps(_mm_loadu_si128(p.add(16).cast())));
+    unsafe fn dec_f16<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        f.put(0, _mm256_cvtph_ps(_mm_loadu_si128(p.cast())));
+        f.put(1, _mm256_cvtph_ps(_mm_loadu_si128(p.add(16).cast())));
     }
     #[inline(always)]
-    unsafe fn dec_bf16<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
+    unsafe fn dec_bf16<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         for i in 0..2 {
             let w = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.add(16 * i).cast()));
-            f(i, _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)));
+            f.put(i, _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q4_0<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        let d = _mm256_set1_ps(half(p));
+    unsafe fn dec_q4_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        let d = half(p);
         let q = _mm256_sub_epi8(nibbles_split(p.add(2)), _mm256_set1_epi8(8));
         for (i, c) in chunks8(q).into_iter().enumerate() {
-            f(i, _mm256_mul_ps(d, i8x8(c)));
+            f.put(i, _mm256_mul_ps(d, i8x8(c)));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q4_1<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        let d = _mm256_set1_ps(half(p));
-        let m = _mm256_set1_ps(half(p.add(2)));
+    unsafe fn dec_q4_1<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        let d = half(p);
+        let m = half(p.add(2));
         let q = nibbles_split(p.add(4));
         for (i, c) in chunks8(q).into_iter().enumerate() {
-            f(i, _mm256_fmadd_ps(d, u8x8(c), m));
+            f.put(i, _mm256_fmadd_ps(d, u8x8(c), m));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q5_0<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        let d = _mm256_set1_ps(half(p));
+    unsafe fn dec_q5_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        let d = half(p);
         let set = expand_bits(rd_u32(p.add(2)));
         let nib = nibbles_split(p.add(6));
         // q - 16 = nibble if the 5th bit is set, else nibble - 16.
         let q = _mm256_sub_epi8(nib, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
         for (i, c) in chunks8(q).into_iter().enumerate() {
-            f(i, _mm256_mul_ps(d, i8x8(c)));
+            f.put(i, _mm256_mul_ps(d, i8x8(c)));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q5_1<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        let d = _mm256_set1_ps(half(p));
-        let m = _mm256_set1_ps(half(p.add(2)));
+    unsafe fn dec_q5_1<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        let d = half(p);
+        let m = half(p.add(2));
         let set = expand_bits(rd_u32(p.add(4)));
         let q = _mm256_or_si256(nibbles_split(p.add(8)), _mm256_and_si256(set, _mm256_set1_epi8(16)));
         for (i, c) in chunks8(q).into_iter().enumerate() {
-            f(i, _mm256_fmadd_ps(d, u8x8(c), m));
+            f.put(i, _mm256_fmadd_ps(d, u8x8(c), m));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q8_0<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
-        let d = _mm256_set1_ps(half(p));
+    unsafe fn dec_q8_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
+        let d = half(p);
         for i in 0..4 {
-            f(i, _mm256_mul_ps(d, i8x8(_mm_loadl_epi64(p.add(2 + 8 * i).cast()))));
+            f.put(i, _mm256_mul_ps(d, i8x8(_mm_loadl_epi64(p.add(2 + 8 * i).cast()))));
         }
     }
     #[inline(always)]
-    unsafe fn dec_q4_k<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q4_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
         for c in 0..4 {
             let (lo, hi) = nibbles256(p.add(16 + 32 * c));
             for (h, q) in [lo, hi].into_iter().enumerate() {
                 let s = 2 * c + h;
-                let dl = _mm256_set1_ps(d * sc[s] as f32);
-                let ml = _mm256_set1_ps(dmin * mn[s] as f32);
+                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[s] as f32));
+                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[s] as f32));
                 for (i, c8) in chunks8(q).into_iter().enumerate() {
-                    f(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
+                    f.put(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
                 }
             }
         }
     }
     #[inline(always)]
-    unsafe fn dec_q5_k<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q5_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
         let qh = _mm256_loadu_si256(p.add(16).cast());
@@ -153,16 +154,16 @@ impl SimdDecode for Avx2 {
                 let b = _mm256_set1_epi8(1 << s);
                 let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, b), b);
                 let q = _mm256_or_si256(q, _mm256_and_si256(set, sixteen));
-                let dl = _mm256_set1_ps(d * sc[s] as f32);
-                let ml = _mm256_set1_ps(dmin * mn[s] as f32);
+                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[s] as f32));
+                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[s] as f32));
                 for (i, c8) in chunks8(q).into_iter().enumerate() {
-                    f(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
+                    f.put(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
                 }
             }
         }
     }
     #[inline(always)]
-    unsafe fn dec_q6_k<F: FnMut(usize, __m256)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q6_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let d = half(p.add(208));
         let scales = p.add(192).cast::<[i8; 16]>().read_unaligned();
         let m4 = _mm256_set1_epi8(0x0f);
@@ -187,8 +188,8 @@ impl SimdDecode for Avx2 {
                 let base = 16 * h + 4 * g; // vector index of element 128h + 32g
                 for (i, c8) in chunks8(q).into_iter().enumerate() {
                     let v = base + i;
-                    let dl = _mm256_set1_ps(d * scales[v / 2] as f32);
-                    f(v, _mm256_mul_ps(dl, i8x8(c8)));
+                    let dl = _mm256_mul_ps(d, _mm256_set1_ps(scales[v / 2] as f32));
+                    f.put(v, _mm256_mul_ps(dl, i8x8(c8)));
                 }
             }
         }

@@ -6,12 +6,13 @@
 use std::arch::x86_64::*;
 
 use super::scalar::k4_scale_min;
-use super::SimdDecode;
+use super::{SimdDecode, Sink};
 use crate::simd::{rd_u32, Avx512, Simd};
 
 #[inline(always)]
-unsafe fn half(p: *const u8) -> f32 {
-    Avx512::f16_to_f32(crate::simd::rd_u16(p))
+/// The f16 at `p` in every lane.
+unsafe fn half(p: *const u8) -> __m512 {
+    Avx512::splat_f16(crate::simd::rd_u16(p))
 }
 
 /// i8 lanes → f32.
@@ -52,81 +53,81 @@ unsafe fn nibbles256(p: *const u8) -> (__m256i, __m256i) {
 
 impl SimdDecode for Avx512 {
     #[inline(always)]
-    unsafe fn dec_f32<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        f(0, _mm512_loadu_ps(p.cast()))
+    unsafe fn dec_f32<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        f.put(0, _mm512_loadu_ps(p.cast()))
     }
     #[inline(always)]
-    unsafe fn dec_f16<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        f(0, _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
+    unsafe fn dec_f16<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        f.put(0, _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
     }
     #[inline(always)]
-    unsafe fn dec_bf16<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+    unsafe fn dec_bf16<K: Sink<__m512>>(p: *const u8, f: &mut K) {
         let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast()));
-        f(0, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
+        f.put(0, _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w)))
     }
     #[inline(always)]
-    unsafe fn dec_q4_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        let d = _mm512_set1_ps(half(p));
+    unsafe fn dec_q4_0<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        let d = half(p);
         let (lo, hi) = nibbles128(p.add(2));
         let eight = _mm_set1_epi8(8);
-        f(0, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(lo, eight))));
-        f(1, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(hi, eight))));
+        f.put(0, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(lo, eight))));
+        f.put(1, _mm512_mul_ps(d, i8x16(_mm_sub_epi8(hi, eight))));
     }
     #[inline(always)]
-    unsafe fn dec_q4_1<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        let d = _mm512_set1_ps(half(p));
-        let m = _mm512_set1_ps(half(p.add(2)));
+    unsafe fn dec_q4_1<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        let d = half(p);
+        let m = half(p.add(2));
         let (lo, hi) = nibbles128(p.add(4));
-        f(0, _mm512_fmadd_ps(d, u8x16(lo), m));
-        f(1, _mm512_fmadd_ps(d, u8x16(hi), m));
+        f.put(0, _mm512_fmadd_ps(d, u8x16(lo), m));
+        f.put(1, _mm512_fmadd_ps(d, u8x16(hi), m));
     }
     #[inline(always)]
-    unsafe fn dec_q5_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        let d = _mm512_set1_ps(half(p));
+    unsafe fn dec_q5_0<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        let d = half(p);
         let qh = rd_u32(p.add(2));
         let (lo, hi) = nibbles128(p.add(6));
         // q - 16 = nibble if the 5th bit is set, else nibble - 16.
         let s = _mm_set1_epi8(16);
         let lo = _mm_mask_sub_epi8(lo, !(qh as u16), lo, s);
         let hi = _mm_mask_sub_epi8(hi, !((qh >> 16) as u16), hi, s);
-        f(0, _mm512_mul_ps(d, i8x16(lo)));
-        f(1, _mm512_mul_ps(d, i8x16(hi)));
+        f.put(0, _mm512_mul_ps(d, i8x16(lo)));
+        f.put(1, _mm512_mul_ps(d, i8x16(hi)));
     }
     #[inline(always)]
-    unsafe fn dec_q5_1<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        let d = _mm512_set1_ps(half(p));
-        let m = _mm512_set1_ps(half(p.add(2)));
+    unsafe fn dec_q5_1<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        let d = half(p);
+        let m = half(p.add(2));
         let qh = rd_u32(p.add(4));
         let (lo, hi) = nibbles128(p.add(8));
         let s = _mm_set1_epi8(16);
         let lo = _mm_mask_add_epi8(lo, qh as u16, lo, s);
         let hi = _mm_mask_add_epi8(hi, (qh >> 16) as u16, hi, s);
-        f(0, _mm512_fmadd_ps(d, u8x16(lo), m));
-        f(1, _mm512_fmadd_ps(d, u8x16(hi), m));
+        f.put(0, _mm512_fmadd_ps(d, u8x16(lo), m));
+        f.put(1, _mm512_fmadd_ps(d, u8x16(hi), m));
     }
     #[inline(always)]
-    unsafe fn dec_q8_0<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
-        let d = _mm512_set1_ps(half(p));
-        f(0, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(2).cast()))));
-        f(1, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(18).cast()))));
+    unsafe fn dec_q8_0<K: Sink<__m512>>(p: *const u8, f: &mut K) {
+        let d = half(p);
+        f.put(0, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(2).cast()))));
+        f.put(1, _mm512_mul_ps(d, i8x16(_mm_loadu_si128(p.add(18).cast()))));
     }
     #[inline(always)]
-    unsafe fn dec_q4_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q4_k<K: Sink<__m512>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
         for c in 0..4 {
             let (lo, hi) = nibbles256(p.add(16 + 32 * c));
             for (h, q) in [lo, hi].into_iter().enumerate() {
                 let s = 2 * c + h;
-                let dl = _mm512_set1_ps(d * sc[s] as f32);
-                let ml = _mm512_set1_ps(dmin * mn[s] as f32);
-                f(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
-                f(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
+                let dl = _mm512_mul_ps(d, _mm512_set1_ps(sc[s] as f32));
+                let ml = _mm512_mul_ps(dmin, _mm512_set1_ps(mn[s] as f32));
+                f.put(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
+                f.put(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
             }
         }
     }
     #[inline(always)]
-    unsafe fn dec_q5_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q5_k<K: Sink<__m512>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
         let qh = _mm256_loadu_si256(p.add(16).cast());
@@ -137,15 +138,15 @@ impl SimdDecode for Avx512 {
                 let s = 2 * c + h;
                 let bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(1 << s));
                 let q = _mm256_mask_add_epi8(q, bit, q, sixteen);
-                let dl = _mm512_set1_ps(d * sc[s] as f32);
-                let ml = _mm512_set1_ps(dmin * mn[s] as f32);
-                f(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
-                f(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
+                let dl = _mm512_mul_ps(d, _mm512_set1_ps(sc[s] as f32));
+                let ml = _mm512_mul_ps(dmin, _mm512_set1_ps(mn[s] as f32));
+                f.put(2 * s, _mm512_fmsub_ps(dl, u8x16(lo128(q)), ml));
+                f.put(2 * s + 1, _mm512_fmsub_ps(dl, u8x16(hi128(q)), ml));
             }
         }
     }
     #[inline(always)]
-    unsafe fn dec_q6_k<F: FnMut(usize, __m512)>(p: *const u8, mut f: F) {
+    unsafe fn dec_q6_k<K: Sink<__m512>>(p: *const u8, f: &mut K) {
         let d = half(p.add(208));
         let scales = p.add(192).cast::<[i8; 16]>().read_unaligned();
         let m4 = _mm256_set1_epi8(0x0f);
@@ -169,10 +170,10 @@ impl SimdDecode for Avx512 {
                 let q = _mm256_sub_epi8(q, off);
                 // Vector i covers elements 16i..16i+16, exactly scale group i.
                 let i = 8 * h + 2 * g;
-                let d0 = _mm512_set1_ps(d * scales[i] as f32);
-                let d1 = _mm512_set1_ps(d * scales[i + 1] as f32);
-                f(i, _mm512_mul_ps(d0, i8x16(lo128(q))));
-                f(i + 1, _mm512_mul_ps(d1, i8x16(hi128(q))));
+                let d0 = _mm512_mul_ps(d, _mm512_set1_ps(scales[i] as f32));
+                let d1 = _mm512_mul_ps(d, _mm512_set1_ps(scales[i + 1] as f32));
+                f.put(i, _mm512_mul_ps(d0, i8x16(lo128(q))));
+                f.put(i + 1, _mm512_mul_ps(d1, i8x16(hi128(q))));
             }
         }
     }

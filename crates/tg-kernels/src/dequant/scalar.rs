@@ -1,17 +1,17 @@
 //! Portable block decoders: each block is decoded into a small array with plain integer and
 //! f32 arithmetic (the same formulas as the reference), then handed out 8 lanes at a time.
 
-use super::SimdDecode;
+use super::{SimdDecode, Sink};
 use crate::simd::{bf16_to_f32, f16_to_f32_soft, rd_u16, rd_u32, Scalar};
 
 type V8 = [f32; 8];
 
 #[inline(always)]
-fn emit<const N: usize, F: FnMut(usize, V8)>(vals: &[f32; N], mut f: F) {
+unsafe fn emit<const N: usize, K: Sink<V8>>(vals: &[f32; N], f: &mut K) {
     for (i, c) in vals.chunks_exact(8).enumerate() {
         let mut v = [0.0; 8];
         v.copy_from_slice(c);
-        f(i, v);
+        f.put(i, v);
     }
 }
 
@@ -42,7 +42,7 @@ pub(crate) fn k4_scale_min(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 
 impl SimdDecode for Scalar {
     #[inline(always)]
-    unsafe fn dec_f32<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_f32<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let mut v = [0.0f32; 16];
         for (i, x) in v.iter_mut().enumerate() {
             *x = f32::from_bits(rd_u32(p.add(4 * i)));
@@ -50,7 +50,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_f16<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_f16<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let mut v = [0.0f32; 16];
         for (i, x) in v.iter_mut().enumerate() {
             *x = half(p.add(2 * i));
@@ -58,7 +58,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_bf16<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_bf16<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let mut v = [0.0f32; 16];
         for (i, x) in v.iter_mut().enumerate() {
             *x = bf16_to_f32(rd_u16(p.add(2 * i)));
@@ -66,7 +66,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q4_0<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q4_0<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let d = half(p);
         let qs: [u8; 16] = bytes(p.add(2));
         let mut v = [0.0f32; 32];
@@ -77,7 +77,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q4_1<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q4_1<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let (d, m) = (half(p), half(p.add(2)));
         let qs: [u8; 16] = bytes(p.add(4));
         let mut v = [0.0f32; 32];
@@ -88,7 +88,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q5_0<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q5_0<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let d = half(p);
         let qh = rd_u32(p.add(2));
         let qs: [u8; 16] = bytes(p.add(6));
@@ -102,7 +102,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q5_1<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q5_1<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let (d, m) = (half(p), half(p.add(2)));
         let qh = rd_u32(p.add(4));
         let qs: [u8; 16] = bytes(p.add(8));
@@ -116,7 +116,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q8_0<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q8_0<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let d = half(p);
         let qs: [u8; 32] = bytes(p.add(2));
         let mut v = [0.0f32; 32];
@@ -126,7 +126,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q4_k<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q4_k<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&bytes(p.add(4)));
         let qs: [u8; 128] = bytes(p.add(16));
@@ -144,7 +144,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q5_k<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q5_k<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&bytes(p.add(4)));
         let qh: [u8; 32] = bytes(p.add(16));
@@ -163,7 +163,7 @@ impl SimdDecode for Scalar {
         emit(&v, f)
     }
     #[inline(always)]
-    unsafe fn dec_q6_k<F: FnMut(usize, V8)>(p: *const u8, f: F) {
+    unsafe fn dec_q6_k<K: Sink<V8>>(p: *const u8, f: &mut K) {
         let ql: [u8; 128] = bytes(p);
         let qh: [u8; 64] = bytes(p.add(128));
         let scales: [u8; 16] = bytes(p.add(192));

@@ -130,7 +130,10 @@ impl Simd for Avx512 {
         out
     }
     #[inline(always)]
-    unsafe fn f16_to_f32(h: u16) -> f32 {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+    unsafe fn splat_f16(h: u16) -> __m512 {
+        // Convert a broadcast so every lane is used. Converting one lane and broadcasting the
+        // f32 lets LLVM load the half with a `vpinsrw` merging into an arbitrary register: a
+        // false dependency that can chain each block's scale onto an accumulator.
+        _mm512_cvtph_ps(_mm256_set1_epi16(h as i16))
     }
 }

@@ -150,7 +150,7 @@ impl Simd for Scalar {
         unsafe { [Self::reduce_add(a), Self::reduce_add(b), Self::reduce_add(c), Self::reduce_add(d)] }
     }
     #[inline(always)]
-    unsafe fn f16_to_f32(h: u16) -> f32 {
-        f16_to_f32_soft(h)
+    unsafe fn splat_f16(h: u16) -> Self::V {
+        [f16_to_f32_soft(h); L]
     }
 }

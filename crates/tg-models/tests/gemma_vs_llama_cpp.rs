@@ -1,0 +1,122 @@
+//! Gemma 3 270M through the whole pipeline against llama.cpp's outputs on the same GGUF
+//! (fixtures in tests/fixtures/llama_cpp, produced as docs/fixtures.md describes), and
+//! against the reference interpreter.
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use tg_models::{Gemma3, Logits, SamplingParams};
+
+struct Case {
+    prompt: String,
+    prompt_tokens: Vec<u32>,
+    tokens: Vec<u32>,
+    slug: String,
+    steps: Vec<serde_json::Value>,
+}
+
+fn fixtures() -> Vec<Case> {
+    let path = repo_root().join("tests/fixtures/llama_cpp/greedy.json");
+    let d: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<u32>>();
+    d["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Case {
+            prompt: p["prompt"].as_str().unwrap().to_string(),
+            prompt_tokens: ids(&p["prompt_tokens"]),
+            tokens: ids(&p["generated_tokens"]),
+            slug: p["slug"].as_str().unwrap().to_string(),
+            steps: p["steps"].as_array().unwrap().clone(),
+        })
+        .collect()
+}
+
+/// Greedy 32-token continuations equal llama.cpp's. Where they part, the step must be a
+/// near tie in llama.cpp's own logits (margin < 0.25) and at least 15 tokens must agree;
+/// the margins are printed.
+#[test]
+fn greedy_continuations_match_llama_cpp() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut total_match = 0;
+    for c in fixtures() {
+        let ids = m.tokenizer.encode(&c.prompt, true, true);
+        assert_eq!(ids, c.prompt_tokens, "prompt tokens of {:?}", c.prompt);
+        let (out, _) = m.generate_tokens(&ids, c.tokens.len(), &SamplingParams::default(), |_| true).unwrap();
+        let first_diff = out.iter().zip(&c.tokens).position(|(a, b)| a != b);
+        match first_diff {
+            None => {
+                eprintln!("{:?}: all {} tokens equal llama.cpp's", c.prompt, out.len());
+                assert_eq!(out.len(), c.tokens.len());
+                total_match += out.len();
+            }
+            Some(i) => {
+                // Our own logits at the step where we part, and llama.cpp's margin there.
+                let mut seq = ids.clone();
+                seq.extend_from_slice(&c.tokens[..i]);
+                let ours = m.forward(&seq, Logits::Last).unwrap();
+                let (a, b) = (c.tokens[i] as usize, out[i] as usize);
+                let ref_margin = c.steps[i]["margin"].as_f64().unwrap();
+                eprintln!(
+                    "{:?}: first {i} tokens equal; at step {i} llama.cpp picks {a} (its margin {ref_margin:.4}), we pick {b}: our logits {a}={:.4} {b}={:.4} (margin {:.4})",
+                    c.prompt,
+                    ours[a],
+                    ours[b],
+                    ours[b] - ours[a]
+                );
+                assert!(i >= 15, "{:?}: diverged from llama.cpp at step {i}", c.prompt);
+                assert!(ref_margin < 0.25 && (ours[b] - ours[a]).abs() < 0.25, "{:?}: step {i} is not a near tie", c.prompt);
+                total_match += i;
+            }
+        }
+    }
+    eprintln!("{total_match} of 96 generated tokens equal llama.cpp's before any divergence");
+}
+
+/// Final prompt-position logits: top-1 equal and top-10 sets overlapping in at least 8
+/// against llama.cpp.
+#[test]
+fn final_logits_match_llama_cpp() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    for c in fixtures() {
+        let want = read_f32(&repo_root().join(format!("tests/fixtures/llama_cpp/{}.logits.f32", c.slug)));
+        let got = m.forward(&c.prompt_tokens, Logits::Last).unwrap();
+        assert_eq!(got.len(), want.len());
+        let (tg, tw) = (top_k(&got, 10), top_k(&want, 10));
+        let overlap = tg.iter().filter(|x| tw.contains(x)).count();
+        let wd: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+        eprintln!("{:?}: top1 {} vs {}, top-10 overlap {overlap}, NMSE vs llama.cpp {:.3e}", c.prompt, tg[0], tw[0], nmse(&got, &wd));
+        assert_eq!(tg[0], tw[0], "top-1 of {:?}", c.prompt);
+        assert!(overlap >= 8, "top-10 overlap {overlap} for {:?}", c.prompt);
+    }
+}
+
+/// The kernel run of the whole model agrees with the reference interpreter (f64) on every
+/// logit of every position: NMSE < 1e-6.
+#[test]
+fn kernels_match_the_reference_interpreter() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let c = &fixtures()[0];
+    let toks = &c.prompt_tokens;
+    let got = m.forward(toks, Logits::All).unwrap();
+    let g = m.graph(toks.len(), Logits::All).unwrap();
+    let mut inputs = HashMap::new();
+    inputs.insert("tokens".to_string(), tg_ir::HostTensor::i32(&[toks.len()], toks.iter().map(|&t| t as i32).collect()).unwrap());
+    let want = tg_ir::interp::eval(&g, &inputs, m.weights()).unwrap();
+    let want = &want["logits"];
+    assert_eq!(want.shape, vec![toks.len(), m.config.n_vocab]);
+    let e = nmse(&got, &want.data);
+    eprintln!("kernels vs reference interpreter, all {} positions: NMSE {e:.3e}", toks.len());
+    assert!(e < 1e-6, "NMSE {e:e}");
+    // Top-1 at every position agrees too.
+    let v = m.config.n_vocab;
+    for p in 0..toks.len() {
+        let w: Vec<f32> = want.data[p * v..(p + 1) * v].iter().map(|&x| x as f32).collect();
+        assert_eq!(top_k(&got[p * v..(p + 1) * v], 1), top_k(&w, 1), "position {p}");
+    }
+}
