@@ -36,14 +36,15 @@ const TILE_BYTES: usize = 64 * 1024;
 /// Multiplies decoded weight vectors into `R` activation rows (see [`dot_rows`]).
 struct DotSink<S: Simd, const R: usize> {
     x: [*const f32; R],
-    /// Two accumulators per row: even vectors go to `[r][0]`, odd ones to `[r][1]`.
-    acc: [[S::V; 2]; R],
+    /// Up to four accumulators per row; vector `i` of a unit goes to `[r][i % na]`.
+    acc: [[S::V; 4]; R],
+    na: usize,
 }
 
 impl<S: Simd, const R: usize> Sink<S::V> for DotSink<S, R> {
     #[inline(always)]
     unsafe fn put(&mut self, i: usize, v: S::V) {
-        let s = i & 1;
+        let s = i % self.na;
         for r in 0..R {
             self.acc[r][s] = S::fma(v, S::load(self.x[r].add(i * S::LANES)), self.acc[r][s]);
         }
@@ -54,15 +55,20 @@ impl<S: Simd, const R: usize> Sink<S::V> for DotSink<S, R> {
 #[inline(always)]
 unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w: *const u8, k: usize) -> [f32; R] {
     let nb = k / D::BLOCK;
-    let mut sink = DotSink::<S, R> { x, acc: [[S::zero(); 2]; R] };
+    let vecs = D::BLOCK / S::LANES;
+    // Independent FMA chains per row: four when a unit has at least four vectors (K-quants:
+    // eight dependent FMAs per chain and block would otherwise bound the loop by FMA latency)
+    // and registers allow, else two.
+    let na = if vecs >= 4 && (S::LANES >= 16 || R <= 2) { 4 } else { 2 };
+    let mut sink = DotSink::<S, R> { x, acc: [[S::zero(); 4]; R], na };
     for b in 0..nb {
         for r in 0..R {
             sink.x[r] = x[r].add(b * D::BLOCK);
         }
         D::decode::<S, _>(w.add(b * D::BYTES), &mut sink);
-        // With an odd number of vectors per unit (F32 on AVX-512: one), swap each pair between
-        // units so both accumulators still take turns (two dependency chains, not one).
-        if (D::BLOCK / S::LANES) % 2 == 1 {
+        // With one vector per unit (F32 on AVX-512), swap the pair between units so both
+        // accumulators still take turns (two dependency chains, not one).
+        if vecs == 1 {
             for r in 0..R {
                 sink.acc[r].swap(0, 1);
             }
@@ -70,7 +76,9 @@ unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w:
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        out[r] = S::reduce_add(S::add(sink.acc[r][0], sink.acc[r][1]));
+        let a = &sink.acc[r];
+        let v = if na == 4 { S::add(S::add(a[0], a[1]), S::add(a[2], a[3])) } else { S::add(a[0], a[1]) };
+        out[r] = S::reduce_add(v);
     }
     if D::PLAIN {
         for e in nb * D::BLOCK..k {
