@@ -73,20 +73,47 @@ fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, rng: &mut rand_chacha
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
+/// llama.cpp's model description: architecture, size label and file type, e.g.
+/// "gemma3 270M Q4_K - Medium".
+fn model_type(f: &tg_gguf::GgufFile) -> String {
+    let arch = f.get_str("general.architecture").unwrap_or("?");
+    let size = f.get_str("general.size_label").unwrap_or("?");
+    let ftype = match f.get_u32("general.file_type") {
+        Ok(0) => "all F32",
+        Ok(1) => "F16",
+        Ok(2) => "Q4_0",
+        Ok(3) => "Q4_1",
+        Ok(7) => "Q8_0",
+        Ok(8) => "Q5_0",
+        Ok(9) => "Q5_1",
+        Ok(10) => "Q2_K - Medium",
+        Ok(11) => "Q3_K - Small",
+        Ok(12) => "Q3_K - Medium",
+        Ok(13) => "Q3_K - Large",
+        Ok(14) => "Q4_K - Small",
+        Ok(15) => "Q4_K - Medium",
+        Ok(16) => "Q5_K - Small",
+        Ok(17) => "Q5_K - Medium",
+        Ok(18) => "Q6_K",
+        Ok(32) => "BF16",
+        _ => "?",
+    };
+    format!("{arch} {size} {ftype}")
+}
+
 pub fn run(a: BenchArgs) -> Result<(), String> {
     if a.reps == 0 {
         return Err("--repetitions must be at least 1".into());
     }
     let path = model_path::resolve(a.model.clone())?;
-    let size = std::fs::metadata(&path).map_err(|e| e.to_string())?.len();
     let mut rows = Vec::new();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
-    let mut info = (String::new(), 0u64);
+    let mut info = (String::new(), 0u64, 0u64);
     for &threads in &a.threads {
         let mut m = Gemma3::load(&path, threads).map_err(|e| e.to_string())?;
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
-        let name = m.file().get_str("general.name").unwrap_or("model").to_string();
-        info = (name, n_params);
+        let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
+        info = (model_type(m.file()), n_params, size);
         let mut tests: Vec<(usize, usize)> = a.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0)).collect();
         tests.extend(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
         for (p, n) in tests {
@@ -113,10 +140,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 let test = if r.n_prompt > 0 { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) };
                 println!(
                     "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
-                    format!("{} (tensor-graphs)", info.0),
-                    format!("{:.2} MiB", size as f64 / 1048576.0),
+                    info.0,
+                    format!("{:.2} MiB", info.2 as f64 / 1048576.0),
                     format!("{:.2} M", info.1 as f64 / 1e6),
-                    format!("CPU {isa}"),
+                    "CPU",
                     r.threads,
                     test,
                     format!("{m:.2} ± {s:.2}")
@@ -139,7 +166,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                         "backends": "CPU",
                         "model_filename": path.display().to_string(),
                         "model_type": info.0,
-                        "model_size": size,
+                        "model_size": info.2,
                         "model_n_params": info.1,
                         "n_threads": r.threads,
                         "n_prompt": r.n_prompt,

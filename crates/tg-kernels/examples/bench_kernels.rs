@@ -77,6 +77,34 @@ fn main() {
         "isa", "shape", "type", "m", "thr", "mode", "us/call", "GB/s", "GFLOP/s", "cpu-us", "cpu-GB/s", "cpuGFLOP"
     );
     println!("(wall clock | per-thread CPU time: rates as if each thread had had its core to itself)");
+    // The floor: a plain streaming read (row sums) over 256 MiB of f32, far beyond the L3.
+    {
+        let big = vec![1.0f32; 64 << 20];
+        let mut sums = vec![0.0f32; 64];
+        for threads in [1usize, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            let (t, tc) = pool.install(|| {
+                time_per_call(min_s, threads, |_| {
+                    tg_kernels::reduce_rows_f32(tg_kernels::ReduceOp::Sum, &big, 1 << 20, &mut sums).expect("sum")
+                })
+            });
+            let bytes = (big.len() * 4) as f64;
+            println!(
+                "{:<7} {:<21} {:<5} {:>4} {:>3} {:>5} {:>10.1} {:>8.2} {:>9} | {:>10.1} {:>8.2}",
+                tg_kernels::isa().name(),
+                "stream read (floor)",
+                "F32",
+                "-",
+                threads,
+                "cold",
+                t * 1e6,
+                bytes / t / 1e9,
+                "-",
+                tc * 1e6,
+                bytes / tc / 1e9
+            );
+        }
+    }
     for &isa in &isas {
         for s in &SHAPES {
             let row_bytes = s.ty.row_bytes(s.k).expect("shape");

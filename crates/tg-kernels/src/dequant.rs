@@ -21,6 +21,8 @@ mod avx2;
 mod avx512;
 mod scalar;
 
+pub(crate) use scalar::k4_scale_min;
+
 /// Elements per decode unit of the unquantized formats (F32/F16/BF16).
 pub(crate) const PLAIN_BLOCK: usize = 16;
 
@@ -50,10 +52,26 @@ pub(crate) trait SimdDecode: Simd {
     unsafe fn dec_q4_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
     unsafe fn dec_q5_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
     unsafe fn dec_q6_k<K: Sink<Self::V>>(p: *const u8, k: &mut K);
+
+    /// Whether [`SimdDecode::dot1`] has a specialized kernel for `ty` on this ISA.
+    #[inline(always)]
+    fn has_dot1(_ty: GgmlType) -> bool {
+        false
+    }
+
+    /// A specialized single-row dot product `Σ x·W` for one weight row of format `ty` (only
+    /// called when [`SimdDecode::has_dot1`]). `xs` holds the sums of `x` over each 32 elements
+    /// (only read for Q4_K/Q5_K).
+    #[inline(always)]
+    unsafe fn dot1(_ty: GgmlType, _x: *const f32, _xs: *const f32, _w: *const u8, _k: usize) -> f32 {
+        unreachable!("dot1 without has_dot1")
+    }
 }
 
 /// A weight format with a SIMD decoder, as a type so kernels monomorphize per format.
 pub(crate) trait Fmt {
+    /// The GGML type.
+    const TY: GgmlType;
     /// Elements per decode unit.
     const BLOCK: usize;
     /// Bytes per decode unit.
@@ -74,9 +92,10 @@ pub(crate) mod fmt {
     use super::*;
 
     macro_rules! fmts {
-        ($($name:ident: $block:literal, $bytes:literal, $dec:ident;)*) => {$(
+        ($($name:ident: $ty:ident, $block:literal, $bytes:literal, $dec:ident;)*) => {$(
             pub(crate) struct $name;
             impl Fmt for $name {
+                const TY: GgmlType = GgmlType::$ty;
                 const BLOCK: usize = $block;
                 const BYTES: usize = $bytes;
                 #[inline(always)]
@@ -87,18 +106,19 @@ pub(crate) mod fmt {
         )*};
     }
     fmts! {
-        Q4_0: 32, 18, dec_q4_0;
-        Q4_1: 32, 20, dec_q4_1;
-        Q5_0: 32, 22, dec_q5_0;
-        Q5_1: 32, 24, dec_q5_1;
-        Q8_0: 32, 34, dec_q8_0;
-        Q4K: 256, 144, dec_q4_k;
-        Q5K: 256, 176, dec_q5_k;
-        Q6K: 256, 210, dec_q6_k;
+        Q4_0: Q4_0, 32, 18, dec_q4_0;
+        Q4_1: Q4_1, 32, 20, dec_q4_1;
+        Q5_0: Q5_0, 32, 22, dec_q5_0;
+        Q5_1: Q5_1, 32, 24, dec_q5_1;
+        Q8_0: Q8_0, 32, 34, dec_q8_0;
+        Q4K: Q4_K, 256, 144, dec_q4_k;
+        Q5K: Q5_K, 256, 176, dec_q5_k;
+        Q6K: Q6_K, 256, 210, dec_q6_k;
     }
 
     pub(crate) struct F32;
     impl Fmt for F32 {
+        const TY: GgmlType = GgmlType::F32;
         const BLOCK: usize = PLAIN_BLOCK;
         const BYTES: usize = 4 * PLAIN_BLOCK;
         const PLAIN: bool = true;
@@ -114,6 +134,7 @@ pub(crate) mod fmt {
 
     pub(crate) struct F16;
     impl Fmt for F16 {
+        const TY: GgmlType = GgmlType::F16;
         const BLOCK: usize = PLAIN_BLOCK;
         const BYTES: usize = 2 * PLAIN_BLOCK;
         const PLAIN: bool = true;
@@ -129,6 +150,7 @@ pub(crate) mod fmt {
 
     pub(crate) struct BF16;
     impl Fmt for BF16 {
+        const TY: GgmlType = GgmlType::BF16;
         const BLOCK: usize = PLAIN_BLOCK;
         const BYTES: usize = 2 * PLAIN_BLOCK;
         const PLAIN: bool = true;
@@ -149,17 +171,50 @@ macro_rules! with_fmt {
     ($ty:expr, |$F:ident| $body:expr, else $fallback:expr) => {{
         use $crate::dequant::fmt;
         match $ty {
-            tg_quant::GgmlType::F32 => { type $F = fmt::F32; $body }
-            tg_quant::GgmlType::F16 => { type $F = fmt::F16; $body }
-            tg_quant::GgmlType::BF16 => { type $F = fmt::BF16; $body }
-            tg_quant::GgmlType::Q4_0 => { type $F = fmt::Q4_0; $body }
-            tg_quant::GgmlType::Q4_1 => { type $F = fmt::Q4_1; $body }
-            tg_quant::GgmlType::Q5_0 => { type $F = fmt::Q5_0; $body }
-            tg_quant::GgmlType::Q5_1 => { type $F = fmt::Q5_1; $body }
-            tg_quant::GgmlType::Q8_0 => { type $F = fmt::Q8_0; $body }
-            tg_quant::GgmlType::Q4_K => { type $F = fmt::Q4K; $body }
-            tg_quant::GgmlType::Q5_K => { type $F = fmt::Q5K; $body }
-            tg_quant::GgmlType::Q6_K => { type $F = fmt::Q6K; $body }
+            tg_quant::GgmlType::F32 => {
+                type $F = fmt::F32;
+                $body
+            }
+            tg_quant::GgmlType::F16 => {
+                type $F = fmt::F16;
+                $body
+            }
+            tg_quant::GgmlType::BF16 => {
+                type $F = fmt::BF16;
+                $body
+            }
+            tg_quant::GgmlType::Q4_0 => {
+                type $F = fmt::Q4_0;
+                $body
+            }
+            tg_quant::GgmlType::Q4_1 => {
+                type $F = fmt::Q4_1;
+                $body
+            }
+            tg_quant::GgmlType::Q5_0 => {
+                type $F = fmt::Q5_0;
+                $body
+            }
+            tg_quant::GgmlType::Q5_1 => {
+                type $F = fmt::Q5_1;
+                $body
+            }
+            tg_quant::GgmlType::Q8_0 => {
+                type $F = fmt::Q8_0;
+                $body
+            }
+            tg_quant::GgmlType::Q4_K => {
+                type $F = fmt::Q4K;
+                $body
+            }
+            tg_quant::GgmlType::Q5_K => {
+                type $F = fmt::Q5K;
+                $body
+            }
+            tg_quant::GgmlType::Q6_K => {
+                type $F = fmt::Q6K;
+                $body
+            }
             _ => $fallback,
         }
     }};
@@ -304,9 +359,9 @@ pub fn get_rows_with(
     if crate::par::threads() <= 1 || ids.len() <= per_task {
         return run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out });
     }
-    out.par_chunks_mut(per_task * row_len).zip(ids.par_chunks(per_task)).try_for_each(|(o, ids)| {
-        run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out: o })
-    })
+    out.par_chunks_mut(per_task * row_len)
+        .zip(ids.par_chunks(per_task))
+        .try_for_each(|(o, ids)| run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out: o }))
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 //!
 //! Any other layout is packed into the dot form first.
 
+// Register-blocked kernels index small fixed-size arrays in loops and pass many scalars.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
 use crate::dequant::SimdDecode;
 use crate::isa::{checked, isa, run_on, IsaTask};
 use crate::par::{for_ranges, SyncPtr};
@@ -190,7 +193,6 @@ unsafe fn micro_axpy<S: Simd, const MR: usize, const NV: usize>(
 
 /// Rows per register tile.
 pub(crate) const MR: usize = 4;
-
 
 // ---------------------------------------------------------------------------------------------
 // Per-matrix drivers.

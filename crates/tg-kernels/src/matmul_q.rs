@@ -3,14 +3,20 @@
 //! Q2_K, Q3_K, Q8_K through the reference dequantizer).
 //!
 //! * **Small `m` (≤ [`MATVEC_MAX_M`]), the decode step**: memory-bound. Each weight row is
-//!   streamed once, decoded block by block in registers and multiplied into up to four
-//!   activation rows at a time with FMAs into two interleaved accumulators per row.
+//!   streamed once (with a software prefetch ahead), decoded block by block in registers and
+//!   multiplied into up to four activation rows at a time with FMAs into two or four interleaved
+//!   accumulators per row. For `m = 1` on AVX-512 the common formats (Q4_0, Q5_0, Q8_0, Q4_K,
+//!   Q5_K, Q6_K) use kernels that apply each block's scale once to a partial sum instead of to
+//!   every weight (see `matmul_q/avx512.rs`).
 //! * **Larger `m` (prefill)**: compute-bound. A panel of weight rows is decoded once into an f32
 //!   tile that stays in L2 (`NP` rows × up to `KC` columns), then `4 × NR` register tiles of
 //!   dot-form FMAs (see [`crate::matmul_f32`]) run over all activation rows.
 //!
 //! Both split the `n` output columns (weight rows) over threads in contiguous ranges.
 //! Decoded weights are bit-identical to `tg_quant::dequantize_row`; accumulation is f32.
+
+// Register-blocked kernels index small fixed-size arrays in loops and pass many scalars.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
 use tg_quant::GgmlType;
 
@@ -20,6 +26,9 @@ use crate::matmul_f32::{micro_dot, MR};
 use crate::par::{for_ranges, SyncPtr};
 use crate::simd::Simd;
 use crate::{check_len, mul, Isa, KernelError};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
 
 /// Largest `m` handled by the streaming matvec kernel; above it the tiled GEMM is used.
 pub const MATVEC_MAX_M: usize = 4;
@@ -33,18 +42,33 @@ const TILE_BYTES: usize = 64 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Streaming matvec.
 
-/// Multiplies decoded weight vectors into `R` activation rows (see [`dot_rows`]).
-struct DotSink<S: Simd, const R: usize> {
-    x: [*const f32; R],
-    /// Up to four accumulators per row; vector `i` of a unit goes to `[r][i % na]`.
-    acc: [[S::V; 4]; R],
-    na: usize,
+/// How far ahead of the decoder the weight stream is prefetched, in bytes.
+const PREFETCH_AHEAD: usize = 1024;
+
+/// Hints the cache line at `p` into L1 (no fault on any address).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch never faults; SSE is baseline on x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
-impl<S: Simd, const R: usize> Sink<S::V> for DotSink<S, R> {
+/// Multiplies decoded weight vectors into `R` activation rows with `NA` accumulators per row
+/// (see [`dot_rows`]).
+struct DotSink<S: Simd, const R: usize, const NA: usize> {
+    x: [*const f32; R],
+    /// Vector `i` of a unit goes to `acc[r][i % NA]` (a constant once the decoder is inlined).
+    acc: [[S::V; NA]; R],
+}
+
+impl<S: Simd, const R: usize, const NA: usize> Sink<S::V> for DotSink<S, R, NA> {
     #[inline(always)]
     unsafe fn put(&mut self, i: usize, v: S::V) {
-        let s = i % self.na;
+        let s = i % NA;
         for r in 0..R {
             self.acc[r][s] = S::fma(v, S::load(self.x[r].add(i * S::LANES)), self.acc[r][s]);
         }
@@ -54,21 +78,33 @@ impl<S: Simd, const R: usize> Sink<S::V> for DotSink<S, R> {
 /// `[Σ_k x_r[k] · W[k]]_r` for one weight row `w` of `k` elements and `R` activation rows.
 #[inline(always)]
 unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w: *const u8, k: usize) -> [f32; R] {
-    let nb = k / D::BLOCK;
-    let vecs = D::BLOCK / S::LANES;
     // Independent FMA chains per row: four when a unit has at least four vectors (K-quants:
     // eight dependent FMAs per chain and block would otherwise bound the loop by FMA latency)
-    // and registers allow, else two.
-    let na = if vecs >= 4 && (S::LANES >= 16 || R <= 2) { 4 } else { 2 };
-    let mut sink = DotSink::<S, R> { x, acc: [[S::zero(); 4]; R], na };
+    // and there are registers for them, else two.
+    if D::BLOCK / S::LANES >= 4 && (S::LANES >= 16 || R <= 2) {
+        dot_rows_na::<S, D, R, 4>(x, w, k)
+    } else {
+        dot_rows_na::<S, D, R, 2>(x, w, k)
+    }
+}
+
+#[inline(always)]
+unsafe fn dot_rows_na<S: SimdDecode, D: Fmt, const R: usize, const NA: usize>(
+    x: [*const f32; R],
+    w: *const u8,
+    k: usize,
+) -> [f32; R] {
+    let nb = k / D::BLOCK;
+    let mut sink = DotSink::<S, R, NA> { x, acc: [[S::zero(); NA]; R] };
     for b in 0..nb {
         for r in 0..R {
             sink.x[r] = x[r].add(b * D::BLOCK);
         }
+        prefetch(w.add(b * D::BYTES + PREFETCH_AHEAD));
         D::decode::<S, _>(w.add(b * D::BYTES), &mut sink);
         // With one vector per unit (F32 on AVX-512), swap the pair between units so both
         // accumulators still take turns (two dependency chains, not one).
-        if vecs == 1 {
+        if D::BLOCK == S::LANES {
             for r in 0..R {
                 sink.acc[r].swap(0, 1);
             }
@@ -76,8 +112,10 @@ unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w:
     }
     let mut out = [0.0f32; R];
     for r in 0..R {
-        let a = &sink.acc[r];
-        let v = if na == 4 { S::add(S::add(a[0], a[1]), S::add(a[2], a[3])) } else { S::add(a[0], a[1]) };
+        let mut v = sink.acc[r][0];
+        for a in 1..NA {
+            v = S::add(v, sink.acc[r][a]);
+        }
         out[r] = S::reduce_add(v);
     }
     if D::PLAIN {
@@ -118,6 +156,19 @@ impl IsaTask for MatvecTask {
         }
         #[inline(always)]
         unsafe fn all<S: SimdDecode, D: Fmt>(t: &MatvecTask) {
+            if t.m == 1 && S::has_dot1(D::TY) {
+                // Specialized single-row kernel. Sums of x over each 32 elements (K-quants).
+                let xs: Vec<f32> = if matches!(D::TY, GgmlType::Q4_K | GgmlType::Q5_K) {
+                    (0..t.k / 32).map(|i| (0..32).map(|e| *t.x.add(32 * i + e)).sum()).collect()
+                } else {
+                    Vec::new()
+                };
+                for j in t.rows.clone() {
+                    prefetch(t.w.add(j * t.row_bytes + PREFETCH_AHEAD));
+                    *t.y.add(j) = S::dot1(D::TY, t.x, xs.as_ptr(), t.w.add(j * t.row_bytes), t.k);
+                }
+                return;
+            }
             for j in t.rows.clone() {
                 let mut i = 0;
                 while i < t.m {
@@ -314,10 +365,7 @@ pub fn matmul_qt_with(
         // ≥ 64 KiB of weights per task: enough to amortize the fork, small enough to balance.
         let min_rows = (65_536 / row_bytes).max(1);
         for_ranges(n, min_rows, 1, |rows| {
-            run_on(
-                isa,
-                MatvecTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), rows },
-            )
+            run_on(isa, MatvecTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), rows })
         });
         return Ok(());
     }
@@ -330,10 +378,7 @@ pub fn matmul_qt_with(
     let min_panels = ((1usize << 21) / panel_flops.max(1)).max(1);
     for_ranges(panels, min_panels, 1, |panels| {
         let mut tile = Vec::new();
-        run_on(
-            isa,
-            GemmTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), panels, tile: &mut tile },
-        )
+        run_on(isa, GemmTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), panels, tile: &mut tile })
     });
     Ok(())
 }

@@ -24,7 +24,8 @@ fn values(r: &mut rand_chacha::ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f3
         .collect()
 }
 
-const BINOPS: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const BINOPS: [BinaryOp; 6] =
+    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
 
 #[test]
 fn binary_ops_are_exact() {
@@ -38,7 +39,13 @@ fn binary_ops_are_exact() {
                 binary_f32_with(isa, op, &a, &b, &mut out).unwrap();
                 for i in 0..n {
                     let want = op.apply(a[i], b[i]);
-                    assert!(same(out[i], want), "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}", a[i], b[i], out[i]);
+                    assert!(
+                        same(out[i], want),
+                        "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}",
+                        a[i],
+                        b[i],
+                        out[i]
+                    );
                 }
             }
         }
@@ -247,4 +254,31 @@ fn copy_strided_rejects_bad_views() {
     assert!(matches!(copy_strided_f32(&src, &[4, 5], &[-5, 1], 10, &mut dst), Err(KernelError::Shape(_))));
     assert!(copy_strided_f32(&src, &[usize::MAX, 3], &[0, 0], 0, &mut dst).is_err());
     copy_strided_f32(&src, &[4, 5], &[-5, 1], 15, &mut dst).unwrap();
+}
+
+#[test]
+fn one_and_two_threads_agree() {
+    let isa = Isa::detect();
+    let mut r = rng("threads elementwise", 77);
+    let (rows, n) = (300, 1000);
+    let a = uniform(&mut r, rows * n, -3.0, 3.0);
+    let b = uniform(&mut r, rows * n, -3.0, 3.0);
+    let run = |t: usize| {
+        pool(t).install(|| {
+            let mut outs = vec![vec![f32::NAN; rows * n]; 4];
+            binary_f32_with(isa, BinaryOp::Mul, &a, &b, &mut outs[0]).unwrap();
+            binary_row_broadcast_with(isa, BinaryOp::Sub, &a, &b[..n], &mut outs[1]).unwrap();
+            binary_col_broadcast_with(isa, BinaryOp::Div, &a, &b[..rows], &mut outs[2]).unwrap();
+            unary_f32_with(isa, UnaryOp::Tanh, &a, &mut outs[3]).unwrap();
+            let mut sums = vec![f32::NAN; rows];
+            reduce_rows_f32_with(isa, ReduceOp::Sum, &a, n, &mut sums).unwrap();
+            outs.push(sums);
+            outs
+        })
+    };
+    let (one, two) = (run(1), run(2));
+    for (x, y) in one.iter().zip(&two) {
+        assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+        assert!(x.iter().all(|v| !v.is_nan()));
+    }
 }

@@ -46,7 +46,7 @@ enum Layout {
 fn run_case(isa: Isa, layout: Layout, batch: [usize; 2], m: usize, n: usize, k: usize, seed: u64) {
     let mut r = rng(&format!("matmul_f32 {isa} {layout:?} {batch:?} m={m} n={n} k={k}"), seed);
     let nb = batch[0] * batch[1];
-    let (a_store, a) ;
+    let (a_store, a);
     let b_store;
     match layout {
         Layout::Strided => {

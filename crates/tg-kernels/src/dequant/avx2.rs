@@ -33,6 +33,22 @@ unsafe fn chunks8(v: __m256i) -> [__m128i; 4] {
     [lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)]
 }
 
+/// Emits the four 8-byte chunks of `$q` (i8 if `$signed`, else u8) as vectors `$base + 0..4`,
+/// each through `$map` (unrolled so every index is a literal).
+macro_rules! put4 {
+    ($f:expr, $base:expr, $q:expr, $conv:ident, |$v:ident| $map:expr) => {{
+        let [c0, c1, c2, c3] = chunks8($q);
+        let $v = $conv(c0);
+        $f.put($base, $map);
+        let $v = $conv(c1);
+        $f.put($base + 1, $map);
+        let $v = $conv(c2);
+        $f.put($base + 2, $map);
+        let $v = $conv(c3);
+        $f.put($base + 3, $map);
+    }};
+}
+
 /// 16 bytes at `p` as 32 nibbles: low nibbles in bytes 0..16, high nibbles in bytes 16..32.
 #[inline(always)]
 unsafe fn nibbles_split(p: *const u8) -> __m256i {
@@ -84,18 +100,14 @@ impl SimdDecode for Avx2 {
     unsafe fn dec_q4_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let d = half(p);
         let q = _mm256_sub_epi8(nibbles_split(p.add(2)), _mm256_set1_epi8(8));
-        for (i, c) in chunks8(q).into_iter().enumerate() {
-            f.put(i, _mm256_mul_ps(d, i8x8(c)));
-        }
+        put4!(f, 0, q, i8x8, |v| _mm256_mul_ps(d, v));
     }
     #[inline(always)]
     unsafe fn dec_q4_1<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let d = half(p);
         let m = half(p.add(2));
         let q = nibbles_split(p.add(4));
-        for (i, c) in chunks8(q).into_iter().enumerate() {
-            f.put(i, _mm256_fmadd_ps(d, u8x8(c), m));
-        }
+        put4!(f, 0, q, u8x8, |v| _mm256_fmadd_ps(d, v, m));
     }
     #[inline(always)]
     unsafe fn dec_q5_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
@@ -104,9 +116,7 @@ impl SimdDecode for Avx2 {
         let nib = nibbles_split(p.add(6));
         // q - 16 = nibble if the 5th bit is set, else nibble - 16.
         let q = _mm256_sub_epi8(nib, _mm256_andnot_si256(set, _mm256_set1_epi8(16)));
-        for (i, c) in chunks8(q).into_iter().enumerate() {
-            f.put(i, _mm256_mul_ps(d, i8x8(c)));
-        }
+        put4!(f, 0, q, i8x8, |v| _mm256_mul_ps(d, v));
     }
     #[inline(always)]
     unsafe fn dec_q5_1<K: Sink<__m256>>(p: *const u8, f: &mut K) {
@@ -114,32 +124,40 @@ impl SimdDecode for Avx2 {
         let m = half(p.add(2));
         let set = expand_bits(rd_u32(p.add(4)));
         let q = _mm256_or_si256(nibbles_split(p.add(8)), _mm256_and_si256(set, _mm256_set1_epi8(16)));
-        for (i, c) in chunks8(q).into_iter().enumerate() {
-            f.put(i, _mm256_fmadd_ps(d, u8x8(c), m));
-        }
+        put4!(f, 0, q, u8x8, |v| _mm256_fmadd_ps(d, v, m));
     }
     #[inline(always)]
     unsafe fn dec_q8_0<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let d = half(p);
-        for i in 0..4 {
-            f.put(i, _mm256_mul_ps(d, i8x8(_mm_loadl_epi64(p.add(2 + 8 * i).cast()))));
-        }
+        let ld = |o: usize| i8x8(_mm_loadl_epi64(p.add(2 + 8 * o).cast()));
+        f.put(0, _mm256_mul_ps(d, ld(0)));
+        f.put(1, _mm256_mul_ps(d, ld(1)));
+        f.put(2, _mm256_mul_ps(d, ld(2)));
+        f.put(3, _mm256_mul_ps(d, ld(3)));
     }
+    // K-quants: unrolled with macros so every `put` index is a literal.
     #[inline(always)]
     unsafe fn dec_q4_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
         let (d, dmin) = (half(p), half(p.add(2)));
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
-        for c in 0..4 {
-            let (lo, hi) = nibbles256(p.add(16 + 32 * c));
-            for (h, q) in [lo, hi].into_iter().enumerate() {
-                let s = 2 * c + h;
-                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[s] as f32));
-                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[s] as f32));
-                for (i, c8) in chunks8(q).into_iter().enumerate() {
-                    f.put(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
-                }
-            }
+        macro_rules! sub {
+            ($s:expr, $q:expr) => {{
+                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[$s] as f32));
+                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[$s] as f32));
+                put4!(f, 4 * $s, $q, u8x8, |v| _mm256_fmsub_ps(dl, v, ml));
+            }};
         }
+        macro_rules! chunk {
+            ($c:expr) => {{
+                let (lo, hi) = nibbles256(p.add(16 + 32 * $c));
+                sub!(2 * $c, lo);
+                sub!(2 * $c + 1, hi);
+            }};
+        }
+        chunk!(0);
+        chunk!(1);
+        chunk!(2);
+        chunk!(3);
     }
     #[inline(always)]
     unsafe fn dec_q5_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
@@ -147,20 +165,27 @@ impl SimdDecode for Avx2 {
         let (sc, mn) = k4_scale_min(&p.add(4).cast::<[u8; 12]>().read_unaligned());
         let qh = _mm256_loadu_si256(p.add(16).cast());
         let sixteen = _mm256_set1_epi8(16);
-        for c in 0..4 {
-            let (lo, hi) = nibbles256(p.add(48 + 32 * c));
-            for (h, q) in [lo, hi].into_iter().enumerate() {
-                let s = 2 * c + h;
-                let b = _mm256_set1_epi8(1 << s);
+        macro_rules! sub {
+            ($s:expr, $q:expr) => {{
+                let b = _mm256_set1_epi8(1 << $s);
                 let set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, b), b);
-                let q = _mm256_or_si256(q, _mm256_and_si256(set, sixteen));
-                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[s] as f32));
-                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[s] as f32));
-                for (i, c8) in chunks8(q).into_iter().enumerate() {
-                    f.put(4 * s + i, _mm256_fmsub_ps(dl, u8x8(c8), ml));
-                }
-            }
+                let q = _mm256_or_si256($q, _mm256_and_si256(set, sixteen));
+                let dl = _mm256_mul_ps(d, _mm256_set1_ps(sc[$s] as f32));
+                let ml = _mm256_mul_ps(dmin, _mm256_set1_ps(mn[$s] as f32));
+                put4!(f, 4 * $s, q, u8x8, |v| _mm256_fmsub_ps(dl, v, ml));
+            }};
         }
+        macro_rules! chunk {
+            ($c:expr) => {{
+                let (lo, hi) = nibbles256(p.add(48 + 32 * $c));
+                sub!(2 * $c, lo);
+                sub!(2 * $c + 1, hi);
+            }};
+        }
+        chunk!(0);
+        chunk!(1);
+        chunk!(2);
+        chunk!(3);
     }
     #[inline(always)]
     unsafe fn dec_q6_k<K: Sink<__m256>>(p: *const u8, f: &mut K) {
@@ -170,28 +195,47 @@ impl SimdDecode for Avx2 {
         let m30 = _mm256_set1_epi8(0x30);
         let m3 = _mm256_set1_epi8(0x03);
         let off = _mm256_set1_epi8(32);
-        for h in 0..2 {
-            let qa = _mm256_loadu_si256(p.add(64 * h).cast());
-            let qb = _mm256_loadu_si256(p.add(64 * h + 32).cast());
-            let hb = _mm256_loadu_si256(p.add(128 + 32 * h).cast());
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3))),
-                _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30),
-                ),
-            ];
-            for (g, q) in q.into_iter().enumerate() {
-                let q = _mm256_sub_epi8(q, off);
-                let base = 16 * h + 4 * g; // vector index of element 128h + 32g
-                for (i, c8) in chunks8(q).into_iter().enumerate() {
-                    let v = base + i;
-                    let dl = _mm256_mul_ps(d, _mm256_set1_ps(scales[v / 2] as f32));
-                    f.put(v, _mm256_mul_ps(dl, i8x8(c8)));
-                }
-            }
+        // Group `g` of half `h` (elements 128h + 32g ..) is vectors 16h + 4g .. +4; vector `v`
+        // uses scale `v / 2`.
+        macro_rules! group {
+            ($v:expr, $q:expr) => {{
+                let q = _mm256_sub_epi8($q, off);
+                let d0 = _mm256_mul_ps(d, _mm256_set1_ps(scales[$v / 2] as f32));
+                let d1 = _mm256_mul_ps(d, _mm256_set1_ps(scales[$v / 2 + 1] as f32));
+                let [c0, c1, c2, c3] = chunks8(q);
+                f.put($v, _mm256_mul_ps(d0, i8x8(c0)));
+                f.put($v + 1, _mm256_mul_ps(d0, i8x8(c1)));
+                f.put($v + 2, _mm256_mul_ps(d1, i8x8(c2)));
+                f.put($v + 3, _mm256_mul_ps(d1, i8x8(c3)));
+            }};
         }
+        macro_rules! half_block {
+            ($h:expr) => {{
+                let qa = _mm256_loadu_si256(p.add(64 * $h).cast());
+                let qb = _mm256_loadu_si256(p.add(64 * $h + 32).cast());
+                let hb = _mm256_loadu_si256(p.add(128 + 32 * $h).cast());
+                group!(
+                    16 * $h,
+                    _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3)))
+                );
+                group!(
+                    16 * $h + 4,
+                    _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30))
+                );
+                group!(
+                    16 * $h + 8,
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30))
+                );
+                group!(
+                    16 * $h + 12,
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)
+                    )
+                );
+            }};
+        }
+        half_block!(0);
+        half_block!(1);
     }
 }

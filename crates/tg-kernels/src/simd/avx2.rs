@@ -115,10 +115,7 @@ impl Simd for Avx2 {
     unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> [f32; 4] {
         let ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
         let cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
-        let s = _mm256_add_ps(
-            _mm256_shuffle_ps::<0b01_00_01_00>(ab, cd),
-            _mm256_shuffle_ps::<0b11_10_11_10>(ab, cd),
-        );
+        let s = _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(ab, cd), _mm256_shuffle_ps::<0b11_10_11_10>(ab, cd));
         let q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
         let mut out = [0.0f32; 4];
         _mm_storeu_ps(out.as_mut_ptr(), q);

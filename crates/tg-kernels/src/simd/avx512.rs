@@ -119,10 +119,7 @@ impl Simd for Avx512 {
         let ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
         let cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
         // Per 128-bit lane: [Σa, Σb, Σc, Σd] over that lane's four elements.
-        let s = _mm512_add_ps(
-            _mm512_shuffle_ps::<0b01_00_01_00>(ab, cd),
-            _mm512_shuffle_ps::<0b11_10_11_10>(ab, cd),
-        );
+        let s = _mm512_add_ps(_mm512_shuffle_ps::<0b01_00_01_00>(ab, cd), _mm512_shuffle_ps::<0b11_10_11_10>(ab, cd));
         let h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps::<1>(s));
         let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
         let mut out = [0.0f32; 4];

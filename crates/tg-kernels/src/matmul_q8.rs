@@ -1,0 +1,326 @@
+//! `y = x · Wᵀ` the way ggml's CPU backend computes it: the f32 activations are first quantized
+//! to 8 bits per element, then every weight block is multiplied with the matching activation
+//! block in integer arithmetic, and only the per-block results are scaled and summed in f32.
+//!
+//! | weights                 | activations | per-block float work                               |
+//! |-------------------------|-------------|----------------------------------------------------|
+//! | Q4_0, Q5_0, Q8_0        | Q8_0 (32)   | `(d_w·d_x) · Σ q_w·q_x`                             |
+//! | Q4_K, Q5_K              | Q8_K (256)  | `(d_w·d_x) · Σ_s sc_s·Σ q_w·q_x − (dmin_w·d_x) · Σ_s m_s·Σ q_x` |
+//! | Q6_K                    | Q8_K (256)  | `(d_w·d_x) · Σ_s sc_s·Σ (q_w − 32)·q_x`             |
+//! | F32, F16, BF16          | —           | not quantized: delegated to [`crate::matmul_qt`]   |
+//!
+//! # Activation quantization (bit-exact with llama.cpp on x86)
+//! * **Q8_0** follows ggml's x86 `quantize_row_q8_0` (the AVX/AVX2 code that every x86 build of
+//!   llama.cpp runs, also used by its repacked and llamafile paths), which differs in rounding
+//!   from ggml's portable reference `quantize_row_q8_0_ref` (and `tg_quant::quantize_row_q8_0`):
+//!   per 32 elements `amax = max|x|`, the stored scale is `d = f16(amax / 127)`, and
+//!   `q = round_half_even(x · (127 / amax))` (the reference uses `x · (1 / (amax / 127))` and rounds
+//!   half away from zero; the two differ in about one element in a few thousand, by ±1).
+//! * **Q8_K** follows ggml's `quantize_row_q8_K_ref` (what x86 runs):
+//!   the element `max` of largest magnitude (first one on ties) maps to −127:
+//!   `iscale = −127 / max`, `q = min(127, round_half_even(iscale · x))`, `d = 1 / iscale` (f32),
+//!   plus the sums of each 16 quants. This equals `tg_quant::quantize_row_q8_k`.
+//!
+//! Deviations, all in degenerate cases: a block whose f16 scale underflows to 0 gets zero quants
+//! (its products are 0 in ggml too); a block with a NaN or infinite element gets scale NaN and
+//! zero quants, so every output that depends on it is NaN (ggml's result is unspecified there);
+//! all-zero Q8_K blocks get zero `bsums` (ggml leaves them unwritten).
+//!
+//! # Arithmetic
+//! Integer block dot products are exact. The float part follows ggml's structure: the scale
+//! product `d_w·d_x` is rounded to f32 once per block, multiplied with the (exactly converted)
+//! integer sum and accumulated in f32; the SIMD paths keep eight accumulator lanes (as ggml's
+//! AVX2 code does) and sum them at the end. So results agree with ggml up to the order of the
+//! f32 summation (and the other rare quantization cases above), and with an f64 dot product of
+//! the dequantized operands to within `~(k/32 + 10)·ε·Σ|w·x|`.
+//!
+//! # Paths
+//! * [`Isa::Scalar`]: portable integer loops.
+//! * [`Isa::Avx2`]: 256-bit `vpmaddubsw`/`vpmaddwd` (u8 × i8 → i16 pairs → i32), as ggml's AVX2 code.
+//! * [`Isa::Avx512`]: the same 256-bit kernels, with AVX-512 VNNI `vpdpbusd`/`vpdpwssd` and
+//!   AVX-512BW mask operations for the high bits of Q5_0/Q5_K when the CPU has AVX512-VNNI;
+//!   without VNNI it runs the AVX2 kernels.
+//!
+//! All paths give bit-identical quantized activations; the matmul results differ between paths
+//! only by f32 summation order.
+//!
+//! # Work split
+//! The activations are quantized once per call (rows in parallel when there are many), then the
+//! `n` weight rows are split over the rayon pool in contiguous ranges. Inside a range, tiles of
+//! up to four activation rows × two weight rows share every decoded weight block and every
+//! loaded activation block; weight rows are visited in groups small enough to stay in L1/L2
+//! while all activation rows pass over them.
+
+mod quant;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use std::ops::Range;
+
+use tg_quant::GgmlType;
+
+use crate::dequant::row_bytes_checked;
+use crate::isa::checked;
+use crate::par::{for_ranges, SyncPtr};
+use crate::{check_len, isa, matmul_qt_with, mul, Isa, KernelError};
+
+/// The activation format ggml's CPU backend pairs with weights of type `ty`, for the weight
+/// types this module implements: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for Q4_K/Q5_K/Q6_K.
+///
+/// `None` for everything else. For F32/F16/BF16 weights [`matmul_qt_q8`] delegates to the f32
+/// kernel [`crate::matmul_qt`] (note that ggml itself rounds the activations to F16/BF16 for
+/// F16/BF16 weights, which this does not reproduce); other quantized types (Q4_1, Q5_1, Q2_K,
+/// Q3_K, …) are rejected with [`KernelError::UnsupportedType`].
+pub fn q8_activation_type(ty: GgmlType) -> Option<GgmlType> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => Some(GgmlType::Q8_0),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(GgmlType::Q8_K),
+        _ => None,
+    }
+}
+
+/// Activation rows quantized to Q8_0 or Q8_K as ggml does (see the [module docs](self)), in a
+/// layout made for the dot-product kernels: all quants row-major, scales as f32, and the sums of
+/// each 32 (Q8_0) or 16 (Q8_K) quants.
+///
+/// Quantize once with [`quantize_activations`] and reuse for every weight matrix with the same
+/// activation type (e.g. the Q, K and V projections of one input) via [`matmul_qt_q8_pre`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedActivations {
+    ty: GgmlType,
+    m: usize,
+    k: usize,
+    /// `m × k` quants.
+    qs: Vec<i8>,
+    /// `m × k / block` scales (for Q8_0: the f16 scale, converted exactly).
+    d: Vec<f32>,
+    /// `m × k / 32` sums (Q8_0) or `m × k / 16` sums (Q8_K) of the quants.
+    sums: Vec<i16>,
+}
+
+impl QuantizedActivations {
+    /// The activation type, [`GgmlType::Q8_0`] or [`GgmlType::Q8_K`].
+    pub fn act_type(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Number of rows (`m`).
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// Elements per row (`k`).
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Row `i` as ggml blocks (`block_q8_0` / `block_q8_K` bytes, `act_type().row_bytes(k)` long),
+    /// for comparison with ggml and `tg_quant`. `None` if `i` is out of range.
+    pub fn row_ggml_bytes(&self, i: usize) -> Option<Vec<u8>> {
+        if i >= self.m {
+            return None;
+        }
+        let bs = self.ty.block_size();
+        let nb = self.k / bs;
+        let qs = &self.qs[i * self.k..(i + 1) * self.k];
+        let d = &self.d[i * nb..(i + 1) * nb];
+        let mut out = Vec::with_capacity(nb * self.ty.type_size());
+        if self.ty == GgmlType::Q8_0 {
+            for (q, &d) in qs.chunks_exact(32).zip(d) {
+                out.extend_from_slice(&tg_quant::f32_to_f16(d).to_le_bytes());
+                out.extend(q.iter().map(|&v| v as u8));
+            }
+        } else {
+            let sums = &self.sums[i * nb * 16..(i + 1) * nb * 16];
+            for ((q, &d), s) in qs.chunks_exact(256).zip(d).zip(sums.chunks_exact(16)) {
+                out.extend_from_slice(&d.to_le_bytes());
+                out.extend(q.iter().map(|&v| v as u8));
+                for &v in s {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Quantizes the `m × k` row-major activations `x` to `act` ([`GgmlType::Q8_0`] or
+/// [`GgmlType::Q8_K`]) on the best ISA. `k` must be a multiple of the block size (32 / 256).
+pub fn quantize_activations(x: &[f32], m: usize, k: usize, act: GgmlType) -> Result<QuantizedActivations, KernelError> {
+    quantize_activations_with(isa(), x, m, k, act)
+}
+
+/// [`quantize_activations`] on an explicit ISA (the result is identical on every ISA).
+pub fn quantize_activations_with(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    act: GgmlType,
+) -> Result<QuantizedActivations, KernelError> {
+    let isa = checked(isa)?;
+    if !matches!(act, GgmlType::Q8_0 | GgmlType::Q8_K) {
+        return Err(KernelError::UnsupportedType(act));
+    }
+    act.row_bytes(k)?;
+    let total = mul("quantize_activations: x", m, k)?;
+    check_len("quantize_activations: x", total, x.len())?;
+    let bs = act.block_size();
+    let sums_per_row = if act == GgmlType::Q8_0 { k / 32 } else { k / 16 };
+    let mut qa = QuantizedActivations {
+        ty: act,
+        m,
+        k,
+        qs: vec![0; total],
+        d: vec![0.0; m * (k / bs)],
+        sums: vec![0; m * sums_per_row],
+    };
+    if total == 0 {
+        return Ok(qa);
+    }
+    let (qp, dp, sp) = (SyncPtr(qa.qs.as_mut_ptr()), SyncPtr(qa.d.as_mut_ptr()), SyncPtr(qa.sums.as_mut_ptr()));
+    let nb = k / bs;
+    // ≥ 32 Ki elements per task.
+    for_ranges(m, (32_768 / k).max(1), 1, |rows| {
+        for i in rows {
+            // SAFETY: row `i` of each buffer is written by this task only; lengths were sized
+            // above, and `x` has `m × k` elements.
+            unsafe {
+                let xr = std::slice::from_raw_parts(x.as_ptr().add(i * k), k);
+                let q = std::slice::from_raw_parts_mut(qp.get().add(i * k), k);
+                let d = std::slice::from_raw_parts_mut(dp.get().add(i * nb), nb);
+                let s = std::slice::from_raw_parts_mut(sp.get().add(i * sums_per_row), sums_per_row);
+                quant::quantize_row(isa, act, xr, q, d, s);
+            }
+        }
+    });
+    Ok(qa)
+}
+
+/// `y[i, j] = Σ_blocks d_w·d_x·(integer block dot)`: `x` is `m × k` f32 row-major, quantized per
+/// row like ggml (Q8_0 for 32-element weight blocks, Q8_K for K-quants; see the
+/// [module docs](self)); `w` holds `n` rows of `k` elements of type `ty`; `y` is `m × n`
+/// row-major and fully overwritten.
+///
+/// Weight types: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. F32/F16/BF16 weights are delegated to
+/// [`crate::matmul_qt`] (f32 activations). Errors (never panics) on other types, wrong buffer
+/// lengths or a `k` that is not a whole number of blocks.
+pub fn matmul_qt_q8(x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    matmul_qt_q8_with(isa(), x, m, k, w, ty, n, y)
+}
+
+/// [`matmul_qt_q8`] on an explicit ISA.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qt_q8_with(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    let Some(act) = q8_activation_type(ty) else {
+        return match ty {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => matmul_qt_with(isa, x, m, k, w, ty, n, y),
+            _ => Err(KernelError::UnsupportedType(ty)),
+        };
+    };
+    let row_bytes = row_bytes_checked(ty, k)?;
+    check_len("matmul_qt_q8: x", mul("matmul_qt_q8: x", m, k)?, x.len())?;
+    check_len("matmul_qt_q8: w bytes", mul("matmul_qt_q8: w", n, row_bytes)?, w.len())?;
+    check_len("matmul_qt_q8: y", mul("matmul_qt_q8: y", m, n)?, y.len())?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    let xq = quantize_activations_with(isa, x, m, k, act)?;
+    run(isa, &xq, w, ty, n, row_bytes, y);
+    Ok(())
+}
+
+/// [`matmul_qt_q8`] with activations already quantized by [`quantize_activations`]
+/// (`xq.act_type()` must be [`q8_activation_type`]`(ty)`; `m`, `k` are taken from `xq`).
+pub fn matmul_qt_q8_pre(xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    matmul_qt_q8_pre_with(isa(), xq, w, ty, n, y)
+}
+
+/// [`matmul_qt_q8_pre`] on an explicit ISA.
+pub fn matmul_qt_q8_pre_with(
+    isa: Isa,
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    if q8_activation_type(ty) != Some(xq.ty) {
+        return Err(KernelError::UnsupportedType(ty));
+    }
+    let (m, k) = (xq.m, xq.k);
+    let row_bytes = row_bytes_checked(ty, k)?;
+    check_len("matmul_qt_q8: w bytes", mul("matmul_qt_q8: w", n, row_bytes)?, w.len())?;
+    check_len("matmul_qt_q8: y", mul("matmul_qt_q8: y", m, n)?, y.len())?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+    run(isa, xq, w, ty, n, row_bytes, y);
+    Ok(())
+}
+
+/// One task's share of the matmul: weight rows `rows` against every activation row.
+pub(crate) struct Task<'a> {
+    pub ty: GgmlType,
+    pub xq: &'a QuantizedActivations,
+    pub w: *const u8,
+    pub row_bytes: usize,
+    pub n: usize,
+    pub y: *mut f32,
+    pub rows: Range<usize>,
+}
+
+impl Task<'_> {
+    /// Weight rows per group: the group stays cache-resident while every activation row passes.
+    pub fn group_rows(&self) -> usize {
+        (24_576 / self.row_bytes).clamp(2, 64)
+    }
+
+    /// Stores `v` at `y[i, j]`.
+    ///
+    /// # Safety
+    /// `i < m`, `j` inside this task's rows.
+    #[inline(always)]
+    pub unsafe fn put(&self, i: usize, j: usize, v: f32) {
+        *self.y.add(i * self.n + j) = v;
+    }
+}
+
+fn run(isa: Isa, xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, row_bytes: usize, y: &mut [f32]) {
+    let (wp, yp) = (SyncPtr(w.as_ptr() as *mut u8), SyncPtr(y.as_mut_ptr()));
+    // Per task at least ~64 KiB of weights or ~4 M multiply-adds, whichever comes first.
+    let macs_per_row = xq.m * xq.k;
+    let min_rows = (65_536 / row_bytes).min((1 << 22) / macs_per_row.max(1)).max(1);
+    for_ranges(n, min_rows, 2, |rows| {
+        let t = Task { ty, xq, w: wp.get(), row_bytes, n, y: yp.get(), rows };
+        match isa {
+            // SAFETY: `checked` verified the ISA; `rows` is this task's disjoint output columns,
+            // and the buffers were validated by the entry point.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if x86::has_vnni() => unsafe { x86::run_vnni(&t) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx2 => unsafe { x86::run_avx2(&t) },
+            _ => unsafe { scalar::run(&t) },
+        }
+    });
+}
