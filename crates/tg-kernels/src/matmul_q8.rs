@@ -15,7 +15,8 @@
 //!   from ggml's portable reference `quantize_row_q8_0_ref` (and `tg_quant::quantize_row_q8_0`):
 //!   per 32 elements `amax = max|x|`, the stored scale is `d = f16(amax / 127)`, and
 //!   `q = round_half_even(x · (127 / amax))` (the reference uses `x · (1 / (amax / 127))` and rounds
-//!   half away from zero; the two differ in about one element in a few thousand, by ±1).
+//!   half away from zero; the two differ, by ±1, only for products at or within an ulp of a
+//!   half-integer — exact ties, or about one element in a million on random data).
 //! * **Q8_K** follows ggml's `quantize_row_q8_K_ref` (what x86 runs):
 //!   the element `max` of largest magnitude (first one on ties) maps to −127:
 //!   `iscale = −127 / max`, `q = min(127, round_half_even(iscale · x))`, `d = 1 / iscale` (f32),

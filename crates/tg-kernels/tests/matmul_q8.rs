@@ -267,7 +267,7 @@ fn quantization_error_is_visible_against_f32_activations() {
 }
 
 #[test]
-fn isas_agree_and_threads_do_not_change_results() {
+fn threads_and_prequantization_do_not_change_results() {
     let (m, n, k) = (7, 70, 1024);
     for &ty in &TYPES {
         let mut rng = rng(&format!("threads {ty}"), 0x51_3000 + ty as u64);
