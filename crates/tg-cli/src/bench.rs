@@ -37,6 +37,9 @@ pub struct BenchArgs {
     /// Repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
+    /// Quantized-matmul arithmetic (`exact` or `llama`).
+    #[arg(long, value_enum, default_value_t = crate::NumericsArg::Exact)]
+    numerics: crate::NumericsArg,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
     output: Format,
@@ -111,6 +114,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let mut info = (String::new(), 0u64, 0u64);
     for &threads in &a.threads {
         let mut m = Gemma3::load(&path, threads).map_err(|e| e.to_string())?;
+        m.set_compile_options(a.numerics.options());
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
         info = (model_type(m.file()), n_params, size);

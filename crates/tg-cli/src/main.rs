@@ -56,6 +56,10 @@ enum Cmd {
         /// Do not add the BOS token before the prompt.
         #[arg(long)]
         no_bos: bool,
+        /// Quantized-matmul arithmetic: `exact` (f32 activations) or `llama` (8-bit
+        /// activations like llama.cpp's CPU backend).
+        #[arg(long, value_enum, default_value_t = NumericsArg::Exact)]
+        numerics: NumericsArg,
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
@@ -97,6 +101,26 @@ enum Cmd {
 
 type Res<T> = Result<T, String>;
 
+/// `--numerics` values.
+#[derive(Clone, Copy, clap::ValueEnum, PartialEq)]
+pub enum NumericsArg {
+    /// f32 activations times exactly dequantized weights.
+    Exact,
+    /// Activations rounded to 8-bit blocks (Q8_0/Q8_K), as llama.cpp does.
+    Llama,
+}
+
+impl NumericsArg {
+    /// Compiler options for this choice.
+    pub fn options(self) -> tg_compiler::CompileOptions {
+        let numerics = match self {
+            NumericsArg::Exact => tg_compiler::Numerics::Exact,
+            NumericsArg::Llama => tg_compiler::Numerics::LlamaCpp,
+        };
+        tg_compiler::CompileOptions { numerics, ..Default::default() }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -115,9 +139,10 @@ fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics } => {
             let t0 = std::time::Instant::now();
             let mut m = load(model, threads)?;
+            m.set_compile_options(numerics.options());
             let load_ms = t0.elapsed().as_secs_f64() * 1e3;
             let ids = m.tokenizer.encode(&prompt, !no_bos, true);
             let params = SamplingParams { temperature, top_k, top_p, seed };

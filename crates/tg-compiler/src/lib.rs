@@ -61,11 +61,25 @@ pub struct CompileOptions {
     pub disabled: BTreeSet<String>,
     /// Byte alignment of arena buffers.
     pub alignment: usize,
+    /// Arithmetic of quantized matmuls: [`Numerics::Exact`] (f32 activations, the default)
+    /// or [`Numerics::LlamaCpp`] (activations rounded to 8-bit blocks like llama.cpp).
+    pub numerics: Numerics,
+}
+
+/// How quantized matmuls treat their activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Numerics {
+    /// f32 activations times exactly dequantized weights: agrees with the f64 reference.
+    #[default]
+    Exact,
+    /// Activation rows quantized to Q8_0 / Q8_K and integer block dot products, the
+    /// arithmetic of llama.cpp's CPU backend (faster; reproduces its near-tie choices).
+    LlamaCpp,
 }
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { disabled: BTreeSet::new(), alignment: 64 }
+        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact }
     }
 }
 
@@ -190,7 +204,7 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
 
     let t = Timer::start();
     let views = opts.on("views");
-    let prog = lower::lower(graph, devices, views)?;
+    let prog = lower::lower(graph, devices, views, opts.numerics == Numerics::LlamaCpp)?;
     report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
     report.stages.push(if views {
         StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted", prog.n_views, prog.n_copies) }

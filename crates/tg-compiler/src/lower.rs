@@ -64,6 +64,7 @@ fn broadcast_view(src: &Layout, shape: &[usize]) -> Layout {
 
 struct Lowerer<'a> {
     devices: &'a [Arc<dyn Device>],
+    quantize_activations: bool,
     prog: Program,
     refs: Vec<Option<TensorRef>>,
 }
@@ -119,9 +120,10 @@ impl Lowerer<'_> {
 }
 
 /// Lowers every node of `g` (which must be verified) to steps and views.
-pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool) -> Result<Program, CompileError> {
+pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantize_activations: bool) -> Result<Program, CompileError> {
     let mut l = Lowerer {
         devices,
+        quantize_activations,
         prog: Program { buffers: vec![], steps: vec![], inputs: vec![], outputs: vec![], n_views: 0, n_copies: 0 },
         refs: vec![None; g.nodes.len()],
     };
@@ -171,7 +173,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool) -> Resu
                 let rhs = &g.nodes[n.inputs[1]];
                 let weight_rhs = matches!(rhs.op, Op::Weight { .. }) && rhs.shape.len() == 2 && *transpose_rhs;
                 if weight_rhs || matches!(rhs.dtype, DType::Quant(_)) {
-                    l.emit(i, n, Kernel::MatMulQuant, vec![a, b], shape, n.dtype)?
+                    l.emit(i, n, Kernel::MatMulQuant { quantize_activations: l.quantize_activations }, vec![a, b], shape, n.dtype)?
                 } else {
                     let r = shape.len();
                     let expand = |t: &TensorRef, rows: usize, cols: usize| {

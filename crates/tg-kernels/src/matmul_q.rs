@@ -43,11 +43,12 @@ const TILE_BYTES: usize = 64 * 1024;
 // Streaming matvec.
 
 /// How far ahead of the decoder the weight stream is prefetched, in bytes.
-const PREFETCH_AHEAD: usize = 1024;
+pub(crate) const PREFETCH_AHEAD: usize = 1024;
 
-/// Hints the cache line at `p` into L1 (no fault on any address).
+/// Hints the cache line at `p` into L1. Any address is fine (a prefetch never faults); callers
+/// form `p` with `wrapping_add` since it may lie past the end of the weights.
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetch never faults; SSE is baseline on x86_64.
     unsafe {
@@ -100,7 +101,7 @@ unsafe fn dot_rows_na<S: SimdDecode, D: Fmt, const R: usize, const NA: usize>(
         for r in 0..R {
             sink.x[r] = x[r].add(b * D::BLOCK);
         }
-        prefetch(w.add(b * D::BYTES + PREFETCH_AHEAD));
+        prefetch(w.wrapping_add(b * D::BYTES + PREFETCH_AHEAD));
         D::decode::<S, _>(w.add(b * D::BYTES), &mut sink);
         // With one vector per unit (F32 on AVX-512), swap the pair between units so both
         // accumulators still take turns (two dependency chains, not one).
@@ -164,7 +165,10 @@ impl IsaTask for MatvecTask {
                     Vec::new()
                 };
                 for j in t.rows.clone() {
-                    prefetch(t.w.add(j * t.row_bytes + PREFETCH_AHEAD));
+                    // One line per row, ~1 KiB ahead: enough to carry the stream across 4 KiB
+                    // page boundaries, where the hardware prefetchers stop (the kernels below add
+                    // their own for rows of several lines).
+                    prefetch(t.w.wrapping_add(j * t.row_bytes + PREFETCH_AHEAD));
                     *t.y.add(j) = S::dot1(D::TY, t.x, xs.as_ptr(), t.w.add(j * t.row_bytes), t.k);
                 }
                 return;

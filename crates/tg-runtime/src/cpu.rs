@@ -291,7 +291,7 @@ impl Device for CpuDevice {
                 need(k == kb && out.shape[r - 2] == m && out.shape[r - 1] == n, || "matmul_f32 dims".into())?;
                 need(a.strides.iter().chain(&b.strides).all(|&s| s >= 0), || "matmul_f32 needs non-negative strides".into())
             }
-            Kernel::MatMulQuant => {
+            Kernel::MatMulQuant { .. } => {
                 arity(2)?;
                 let (a, w) = (&ins[0], &ins[1]);
                 need(a.dtype == DType::F32 && a.is_contiguous(), || "matmul_quant: activations must be contiguous f32".into())?;
@@ -548,7 +548,7 @@ impl Device for CpuDevice {
                     tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
                 }
             }
-            Kernel::MatMulQuant => {
+            Kernel::MatMulQuant { quantize_activations } => {
                 let (la, lw) = (ins[0].1, ins[1].1);
                 let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
                 let k = lw.shape[1];
@@ -556,7 +556,11 @@ impl Device for CpuDevice {
                 let m = la.numel() / k.max(1);
                 let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                if *quantize_activations {
+                    tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                } else {
+                    tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                }
             }
             Kernel::Concat { axis } => {
                 let outer: usize = out.shape[..*axis].iter().product();

@@ -111,7 +111,11 @@ pub enum Kernel {
         transpose_rhs: bool,
     },
     /// `x · Wᵀ` with `W` an `[n, k]` weight in a GGML storage format, read block by block.
-    MatMulQuant,
+    MatMulQuant {
+        /// Round activation rows to 8-bit blocks first (Q8_0 / Q8_K, as llama.cpp's CPU
+        /// backend does) and use integer dot products; `false` keeps f32 activations.
+        quantize_activations: bool,
+    },
     /// Materialise a strided view contiguously.
     Copy,
     /// Concatenate contiguous operands along `axis`.
@@ -137,7 +141,8 @@ impl Kernel {
             Kernel::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
             Kernel::MatMul { transpose_rhs: true } => "matmul_nt_f32".into(),
             Kernel::MatMul { transpose_rhs: false } => "matmul_f32".into(),
-            Kernel::MatMulQuant => "matmul_quant".into(),
+            Kernel::MatMulQuant { quantize_activations: false } => "matmul_quant".into(),
+            Kernel::MatMulQuant { quantize_activations: true } => "matmul_quant_q8act".into(),
             Kernel::Copy => "copy".into(),
             Kernel::Concat { .. } => "concat".into(),
             Kernel::Gather => "gather".into(),

@@ -14,6 +14,7 @@
 
 use std::arch::x86_64::*;
 
+use super::{prefetch, PREFETCH_AHEAD};
 use crate::simd::rd_u16;
 
 /// i8 lanes → f32.
@@ -160,6 +161,9 @@ unsafe fn dot_k4<Q: QuantsK4>(x: *const f32, xs: *const f32, w: *const u8, k: us
     let mut corr = _mm256_setzero_ps();
     for b in 0..k / 256 {
         let p = w.add(b * bytes);
+        for l in (0..bytes).step_by(64) {
+            prefetch(p.wrapping_add(PREFETCH_AHEAD + l));
+        }
         let (dl, ml) = k4_scales(p);
         // Σ_s ml_s · Σx_s for the whole superblock in one FMA.
         corr = _mm256_fmadd_ps(ml, _mm256_loadu_ps(xs.add(8 * b)), corr);
@@ -239,6 +243,9 @@ pub(crate) unsafe fn dot_q6_k(x: *const f32, w: *const u8, k: usize) -> f32 {
     let mut acc = [_mm512_setzero_ps(); 2];
     for b in 0..k / 256 {
         let p = w.add(b * 210);
+        for l in (0..210).step_by(64) {
+            prefetch(p.wrapping_add(PREFETCH_AHEAD + l));
+        }
         let d = _mm512_cvtph_ps(_mm256_set1_epi16(rd_u16(p.add(208)) as i16));
         let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(192).cast())));
         let mut dls = [0.0f32; 16];

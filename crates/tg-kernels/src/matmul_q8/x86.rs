@@ -117,6 +117,20 @@ impl Ops for VnniOps {
     }
 }
 
+/// How far ahead of the kernel the weight streams are prefetched, in bytes.
+const PREFETCH_AHEAD: usize = 512;
+
+/// Prefetches the cache lines of `bytes` bytes at `p + PREFETCH_AHEAD` into L1 (never faults;
+/// the address may lie past the weights).
+#[inline(always)]
+unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
+        off += 64;
+    }
+}
+
 #[inline(always)]
 unsafe fn f16_at(p: *const u8) -> f32 {
     let h = p.cast::<u16>().read_unaligned();
@@ -129,6 +143,18 @@ unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
     _mm_cvtss_f32(s)
+}
+
+/// Lane sums of every accumulator (plain loops: closures would not inherit the target features).
+#[inline(always)]
+unsafe fn hsum_all<const R: usize, const P: usize>(acc: &[[__m256; P]; R]) -> [[f32; P]; R] {
+    let mut out = [[0.0f32; P]; R];
+    for r in 0..R {
+        for p in 0..P {
+            out[r][p] = hsum(acc[r][p]);
+        }
+    }
+    out
 }
 
 #[inline(always)]
@@ -158,15 +184,16 @@ trait Legacy {
     /// `w = d · (u − OFFSET)` for the decoded bytes `u` (0 for Q8_0, which is signed).
     const OFFSET: i32;
     /// The block's f16 scale.
+    #[inline(always)]
     unsafe fn scale(blk: *const u8) -> f32 {
         f16_at(blk)
     }
     /// The 32 quants (unsigned `u`, or signed for Q8_0).
     unsafe fn decode<O: Ops>(blk: *const u8) -> __m256i;
-    /// Lane sums of `u·x` (offset not applied).
+    /// `init +` lane sums of `u·x` (offset not applied).
     #[inline(always)]
-    unsafe fn dot<O: Ops>(w: __m256i, x: __m256i) -> __m256i {
-        O::dpbusd(_mm256_setzero_si256(), w, x)
+    unsafe fn dot<O: Ops>(init: __m256i, w: __m256i, x: __m256i) -> __m256i {
+        O::dpbusd(init, w, x)
     }
 }
 
@@ -200,9 +227,9 @@ impl Legacy for Q8_0 {
         _mm256_loadu_si256(blk.add(2).cast())
     }
     #[inline(always)]
-    unsafe fn dot<O: Ops>(w: __m256i, x: __m256i) -> __m256i {
+    unsafe fn dot<O: Ops>(init: __m256i, w: __m256i, x: __m256i) -> __m256i {
         // |w| ≤ 128 as u8, x ≥ −127: no saturation in the AVX2 pair sums either.
-        O::dpbusd(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+        O::dpbusd(init, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
     }
 }
 
@@ -214,37 +241,52 @@ struct XRows<const R: usize> {
     s: [*const i16; R],
 }
 
-/// `R × P` dot products of whole rows for a 32-block format.
+/// `R × P` dot products of whole rows for a 32-block format. A 1 × 1 tile alternates between
+/// two accumulators (otherwise the f32 accumulation chain would bound the loop).
 #[inline(always)]
 unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
     w: [*const u8; P],
     x: XRows<R>,
     nb: usize,
+    stream: bool,
 ) -> [[f32; P]; R] {
-    let mut acc = [[_mm256_setzero_ps(); P]; R];
+    let mut acc = [[[_mm256_setzero_ps(); 2]; P]; R];
+    let split = R * P == 1;
     for b in 0..nb {
         let mut wv = [_mm256_setzero_si256(); P];
         let mut dw = [0.0f32; P];
         for p in 0..P {
             let blk = w[p].add(b * F::BYTES);
+            if stream {
+                // One line per block is enough: blocks are ≤ 34 bytes.
+                prefetch_ahead(blk, 1);
+            }
             wv[p] = F::decode::<O>(blk);
             dw[p] = F::scale(blk);
         }
+        let a = if split { b % 2 } else { 0 };
         for r in 0..R {
             let xv = _mm256_loadu_si256(x.q[r].add(32 * b).cast());
             let dx = *x.d[r].add(b);
-            // Offset correction −OFFSET·Σx, added to lane 0.
-            let corr = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-F::OFFSET * i32::from(*x.s[r].add(b))));
+            // The offset correction −OFFSET·Σx starts lane 0.
+            let init = if F::OFFSET != 0 {
+                _mm256_zextsi128_si256(_mm_cvtsi32_si128(-F::OFFSET * i32::from(*x.s[r].add(b))))
+            } else {
+                _mm256_setzero_si256()
+            };
             for p in 0..P {
-                let mut lanes = F::dot::<O>(wv[p], xv);
-                if F::OFFSET != 0 {
-                    lanes = _mm256_add_epi32(lanes, corr);
-                }
-                acc[r][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw[p] * dx), _mm256_cvtepi32_ps(lanes), acc[r][p]);
+                let lanes = F::dot::<O>(init, wv[p], xv);
+                acc[r][p][a] = _mm256_fmadd_ps(_mm256_set1_ps(dw[p] * dx), _mm256_cvtepi32_ps(lanes), acc[r][p][a]);
             }
         }
     }
-    acc.map(|a| a.map(|v| hsum(v)))
+    let mut sums = [[_mm256_setzero_ps(); P]; R];
+    for r in 0..R {
+        for p in 0..P {
+            sums[r][p] = if split { _mm256_add_ps(acc[r][p][0], acc[r][p][1]) } else { acc[r][p][0] };
+        }
+    }
+    hsum_all(&sums)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,6 +304,17 @@ struct KHeader {
     mins: __m256i,
     /// Q5_K: the high-bit bytes.
     qh: __m256i,
+}
+
+impl KHeader {
+    const ZERO: KHeader = KHeader {
+        d: 0.0,
+        dmin: 0.0,
+        // SAFETY: all-zero bits are a valid __m256i.
+        scales: unsafe { std::mem::transmute::<[u8; 32], __m256i>([0; 32]) },
+        mins: unsafe { std::mem::transmute::<[u8; 32], __m256i>([0; 32]) },
+        qh: unsafe { std::mem::transmute::<[u8; 32], __m256i>([0; 32]) },
+    };
 }
 
 /// A 256-element super-block format.
@@ -405,11 +458,19 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
     w: [*const u8; P],
     x: XRows<R>,
     nb: usize,
+    stream: bool,
 ) -> [[f32; P]; R] {
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
-        let blk: [*const u8; P] = std::array::from_fn(|p| w[p].add(b * F::BYTES));
-        let hdr: [KHeader; P] = std::array::from_fn(|p| F::header(blk[p]));
+        let mut blk = [std::ptr::null::<u8>(); P];
+        let mut hdr = [KHeader::ZERO; P];
+        for p in 0..P {
+            blk[p] = w[p].add(b * F::BYTES);
+            if stream {
+                prefetch_ahead(blk[p], F::BYTES);
+            }
+            hdr[p] = F::header(blk[p]);
+        }
         let mut isum = [[_mm256_setzero_si256(); P]; R];
         for c in 0..8 {
             let mut wv = [_mm256_setzero_si256(); P];
@@ -432,20 +493,17 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
             }
         }
     }
-    acc.map(|a| a.map(|v| hsum(v)))
+    hsum_all(&acc)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Driver.
 
-/// Weight rows per tile.
-const P: usize = 2;
-
 /// Computes activation rows `i0..i0+rv` (`rv ≤ R`; missing rows repeat the last one and their
 /// results are dropped) against weight rows `cols` (pairs; an odd last row is paired with
 /// itself).
 #[inline(always)]
-unsafe fn tiles<O: Ops, const R: usize>(t: &Task<'_>, i0: usize, rv: usize, cols: std::ops::Range<usize>) {
+unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize, rv: usize, cols: std::ops::Range<usize>) {
     let xq = t.xq;
     let k = xq.k;
     let (bs, sums) = if xq.ty == GgmlType::Q8_0 { (32, 1) } else { (256, 16) };
@@ -456,17 +514,19 @@ unsafe fn tiles<O: Ops, const R: usize>(t: &Task<'_>, i0: usize, rv: usize, cols
         d: rows.map(|i| xq.d.as_ptr().add(i * nb)),
         s: rows.map(|i| xq.sums.as_ptr().add(i * nb * sums)),
     };
+    // The first pass over a group of weight rows streams them from memory.
+    let stream = i0 == 0;
     let mut j = cols.start;
     while j < cols.end {
         let pv = (cols.end - j).min(P);
         let w: [*const u8; P] = std::array::from_fn(|p| t.w.add((j + p.min(pv - 1)) * t.row_bytes));
         let out = match t.ty {
-            GgmlType::Q4_0 => legacy_tile::<O, Q4_0, R, P>(w, x, nb),
-            GgmlType::Q5_0 => legacy_tile::<O, Q5_0, R, P>(w, x, nb),
-            GgmlType::Q8_0 => legacy_tile::<O, Q8_0, R, P>(w, x, nb),
-            GgmlType::Q4_K => kquant_tile::<O, Q4K, R, P>(w, x, nb),
-            GgmlType::Q5_K => kquant_tile::<O, Q5K, R, P>(w, x, nb),
-            GgmlType::Q6_K => kquant_tile::<O, Q6K, R, P>(w, x, nb),
+            GgmlType::Q4_0 => legacy_tile::<O, Q4_0, R, P>(w, x, nb, stream),
+            GgmlType::Q5_0 => legacy_tile::<O, Q5_0, R, P>(w, x, nb, stream),
+            GgmlType::Q8_0 => legacy_tile::<O, Q8_0, R, P>(w, x, nb, stream),
+            GgmlType::Q4_K => kquant_tile::<O, Q4K, R, P>(w, x, nb, stream),
+            GgmlType::Q5_K => kquant_tile::<O, Q5K, R, P>(w, x, nb, stream),
+            GgmlType::Q6_K => kquant_tile::<O, Q6K, R, P>(w, x, nb, stream),
             _ => unreachable!("validated by the entry point"),
         };
         for (r, o) in out.iter().enumerate().take(rv) {
@@ -493,9 +553,9 @@ unsafe fn run_generic<O: Ops>(t: &Task<'_>) {
             let r = if left >= rmax { rmax } else if left == 3 { 4 } else { left };
             let rv = left.min(r);
             match r {
-                1 => tiles::<O, 1>(t, i, rv, cols.clone()),
-                2 => tiles::<O, 2>(t, i, rv, cols.clone()),
-                _ => tiles::<O, 4>(t, i, rv, cols.clone()),
+                1 => tiles::<O, 1, 2>(t, i, rv, cols.clone()),
+                2 => tiles::<O, 2, 2>(t, i, rv, cols.clone()),
+                _ => tiles::<O, 4, 2>(t, i, rv, cols.clone()),
             }
             i += rv;
         }
