@@ -117,16 +117,16 @@ impl Ops for VnniOps {
     }
 }
 
-/// How far ahead of the kernel the weight streams are prefetched, in bytes.
-const PREFETCH_AHEAD: usize = 512;
+/// Prefetch distance beyond the end of the current tile's weight rows, in bytes.
+const PREFETCH_PAST: usize = 1024;
 
-/// Prefetches the cache lines of `bytes` bytes at `p + PREFETCH_AHEAD` into L1 (never faults;
-/// the address may lie past the weights).
+/// Prefetches the cache lines of `bytes` bytes at `p` into L1 (never faults; the address may
+/// lie past the weights).
 #[inline(always)]
-unsafe fn prefetch_ahead(p: *const u8, bytes: usize) {
+unsafe fn prefetch(p: *const u8, bytes: usize) {
     let mut off = 0;
     while off < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_AHEAD + off).cast());
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off).cast());
         off += 64;
     }
 }
@@ -248,7 +248,7 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
     w: [*const u8; P],
     x: XRows<R>,
     nb: usize,
-    stream: bool,
+    pf: Option<*const u8>,
 ) -> [[f32; P]; R] {
     let mut acc = [[[_mm256_setzero_ps(); 2]; P]; R];
     let split = R * P == 1;
@@ -257,9 +257,8 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
         let mut dw = [0.0f32; P];
         for p in 0..P {
             let blk = w[p].add(b * F::BYTES);
-            if stream {
-                // One line per block is enough: blocks are ≤ 34 bytes.
-                prefetch_ahead(blk, 1);
+            if let (Some(pf), 0) = (pf, p) {
+                prefetch(pf.wrapping_add(b * P * F::BYTES), P * F::BYTES);
             }
             wv[p] = F::decode::<O>(blk);
             dw[p] = F::scale(blk);
@@ -458,7 +457,7 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
     w: [*const u8; P],
     x: XRows<R>,
     nb: usize,
-    stream: bool,
+    pf: Option<*const u8>,
 ) -> [[f32; P]; R] {
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
@@ -466,8 +465,8 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
         let mut hdr = [KHeader::ZERO; P];
         for p in 0..P {
             blk[p] = w[p].add(b * F::BYTES);
-            if stream {
-                prefetch_ahead(blk[p], F::BYTES);
+            if let (Some(pf), 0) = (pf, p) {
+                prefetch(pf.wrapping_add(b * P * F::BYTES), P * F::BYTES);
             }
             hdr[p] = F::header(blk[p]);
         }
@@ -514,19 +513,20 @@ unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize,
         d: rows.map(|i| xq.d.as_ptr().add(i * nb)),
         s: rows.map(|i| xq.sums.as_ptr().add(i * nb * sums)),
     };
-    // The first pass over a group of weight rows streams them from memory.
-    let stream = i0 == 0;
     let mut j = cols.start;
     while j < cols.end {
         let pv = (cols.end - j).min(P);
         let w: [*const u8; P] = std::array::from_fn(|p| t.w.add((j + p.min(pv - 1)) * t.row_bytes));
+        // The first pass over a group of weight rows streams them from memory: while a tile
+        // runs, fetch the rows that follow it, at the rate the tile consumes its own.
+        let pf = (i0 == 0).then(|| t.w.wrapping_add((j + P) * t.row_bytes + PREFETCH_PAST));
         let out = match t.ty {
-            GgmlType::Q4_0 => legacy_tile::<O, Q4_0, R, P>(w, x, nb, stream),
-            GgmlType::Q5_0 => legacy_tile::<O, Q5_0, R, P>(w, x, nb, stream),
-            GgmlType::Q8_0 => legacy_tile::<O, Q8_0, R, P>(w, x, nb, stream),
-            GgmlType::Q4_K => kquant_tile::<O, Q4K, R, P>(w, x, nb, stream),
-            GgmlType::Q5_K => kquant_tile::<O, Q5K, R, P>(w, x, nb, stream),
-            GgmlType::Q6_K => kquant_tile::<O, Q6K, R, P>(w, x, nb, stream),
+            GgmlType::Q4_0 => legacy_tile::<O, Q4_0, R, P>(w, x, nb, pf),
+            GgmlType::Q5_0 => legacy_tile::<O, Q5_0, R, P>(w, x, nb, pf),
+            GgmlType::Q8_0 => legacy_tile::<O, Q8_0, R, P>(w, x, nb, pf),
+            GgmlType::Q4_K => kquant_tile::<O, Q4K, R, P>(w, x, nb, pf),
+            GgmlType::Q5_K => kquant_tile::<O, Q5K, R, P>(w, x, nb, pf),
+            GgmlType::Q6_K => kquant_tile::<O, Q6K, R, P>(w, x, nb, pf),
             _ => unreachable!("validated by the entry point"),
         };
         for (r, o) in out.iter().enumerate().take(rv) {
