@@ -80,6 +80,12 @@ enum Cmd {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
+        /// Also run the plan (with profiling) and print time per kernel kind.
+        #[arg(long)]
+        profile: bool,
+        /// Worker threads for `--profile` (0 = all cores).
+        #[arg(short, long, default_value_t = 0)]
+        threads: usize,
     },
     /// Tokenize text and print ids with their pieces.
     Tokenize {
@@ -196,14 +202,17 @@ fn run(cli: Cli) -> Res<()> {
             Ok(())
         }
         Cmd::Bench(args) => bench::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json } => {
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads } => {
             let mut m = load(model, 0)?;
             let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
             let opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
             m.set_compile_options(opts.clone());
             let graph = m.graph(seq, Logits::Last).map_err(|e| e.to_string())?;
-            let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(1)?);
-            let c = tg_compiler::compile(&graph, &[dev], &opts).map_err(|e| e.to_string())?;
+            let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(threads)?);
+            let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
+            if profile {
+                profile_plan(&m, &c.plan, dev, seq)?;
+            }
             if json {
                 let obj = serde_json::json!({ "report": c.report, "ops": graph.op_histogram(), "steps": c.plan.steps.len(), "arena_bytes": c.plan.arenas.iter().map(|a| a.bytes).sum::<usize>() });
                 println!("{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?);
@@ -233,6 +242,40 @@ fn run(cli: Cli) -> Res<()> {
             Ok(())
         }
     }
+}
+
+/// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
+fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize) -> Res<()> {
+    let weights = std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(
+        tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?,
+    )));
+    let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;
+    exe.set_profiling(true);
+    let ids: Vec<i32> = (0..seq as i32).map(|i| if i == 0 { m.tokenizer.bos() as i32 } else { 1000 + i * 7 }).collect();
+    let mut inputs = std::collections::HashMap::new();
+    inputs.insert("tokens".to_string(), tg_ir::HostTensor::i32(&[seq], ids).map_err(|e| e.to_string())?);
+    let mut totals: std::collections::BTreeMap<String, (u64, usize)> = Default::default();
+    let reps = 5;
+    for r in 0..=reps {
+        exe.run(&inputs).map_err(|e| e.to_string())?;
+        if r == 0 {
+            continue; // warm-up
+        }
+        let times = exe.step_times().ok_or("no profile")?;
+        for (s, &t) in plan.steps.iter().zip(times) {
+            let e = totals.entry(s.kernel.name()).or_default();
+            e.0 += t;
+            e.1 += 1;
+        }
+    }
+    let all: u64 = totals.values().map(|v| v.0).sum();
+    let mut rows: Vec<_> = totals.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    println!("profile ({reps} runs, {seq} tokens): {:.2} ms per run", all as f64 / reps as f64 / 1e6);
+    for (k, (t, n)) in rows {
+        println!("  {k:<20} {:>9.3} ms {:>6.1}%  ({} steps/run)", t as f64 / reps as f64 / 1e6, 100.0 * t as f64 / all.max(1) as f64, n / reps);
+    }
+    Ok(())
 }
 
 fn tg_tokenizer_stream(tok: &tg_models::Tokenizer) -> tg_models::StreamDecoder<'_> {

@@ -1,7 +1,7 @@
 //! f32-activation `matmul_qt` vs ggml-style int8-activation `matmul_qt_q8` on Gemma-3-270M's
 //! weight shapes.
 //!
-//! `cargo run -p tg-kernels --release --example bench_q8 [-- --all-isas] [--quick] [--m 1,32,128] [--threads 1,2]`
+//! `cargo run -p tg-kernels --release --example bench_q8 [-- --all-isas] [--quick] [--m 1,32,128] [--threads 1,2] [--only TYPE]`
 //!
 //! Prints the best wall time per call over a few trials, GFLOP/s (`2·m·n·k / t`) and GB/s
 //! (weight bytes / t; the weights are "hot": one matrix, repeated, so it stays in cache when it
@@ -55,13 +55,14 @@ fn main() {
     let min_s = if args.iter().any(|a| a == "--quick") { 0.05 } else { 0.2 };
     let ms = list_arg(&args, "--m", &[1, 32, 128]);
     let threads = list_arg(&args, "--threads", &[1, 2]);
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let isas = if all { Isa::available() } else { vec![tg_kernels::isa()] };
     println!("{}", tg_kernels::cpu_features());
     println!(
         "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} | {:>7}",
         "isa", "shape", "type", "m", "thr", "f32 us", "GFLOP/s", "GB/s", "q8 us", "GFLOP/s", "GB/s", "speedup"
     );
-    for sh in &SHAPES {
+    for sh in SHAPES.iter().filter(|s| only.as_deref().map_or(true, |o| o.eq_ignore_ascii_case(s.ty.name()))) {
         let row_bytes = sh.ty.row_bytes(sh.k).expect("shape is whole blocks");
         let w = tg_quant::random_blocks(sh.ty, sh.n * sh.k, 7);
         for &m in &ms {

@@ -312,7 +312,7 @@ fn run(isa: Isa, xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, ro
     // Per task at least ~64 KiB of weights or ~4 M multiply-adds, whichever comes first.
     let macs_per_row = xq.m * xq.k;
     let min_rows = (65_536 / row_bytes).min((1 << 22) / macs_per_row.max(1)).max(1);
-    for_ranges(n, min_rows, 2, |rows| {
+    for_ranges(n, min_rows, 8, |rows| {
         let t = Task { ty, xq, w: wp.get(), row_bytes, n, y: yp.get(), rows };
         match isa {
             // SAFETY: `checked` verified the ISA; `rows` is this task's disjoint output columns,

@@ -144,6 +144,48 @@ fn for_rows<T: Send>(out: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) 
     }
 }
 
+/// `o[r, j] = f(a[sa[r] + j·ia], b[sb[r] + j·ib])` over rows, with contiguous and
+/// broadcast fast paths.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn binary_rows<F: Fn(f32, f32) -> f32 + Sync + Copy>(o: &mut [f32], row_len: usize, av: &[f32], bv: &[f32], sa: &[usize], sb: &[usize], ia: isize, ib: isize, f: F) {
+    // Whole tensor contiguous in both operands: one flat pass.
+    let n = o.len();
+    if ia == 1 && ib == 1 && sa.len() > 1 && sa.windows(2).all(|w| w[1] == w[0] + row_len) && sb.windows(2).all(|w| w[1] == w[0] + row_len) {
+        let (x, y) = (&av[sa[0]..][..n], &bv[sb[0]..][..n]);
+        if n < 32768 {
+            o.iter_mut().zip(x.iter().zip(y)).for_each(|(v, (&p, &q))| *v = f(p, q));
+        } else {
+            o.par_chunks_mut(16384).zip(x.par_chunks(16384).zip(y.par_chunks(16384))).for_each(|(oc, (xc, yc))| {
+                oc.iter_mut().zip(xc.iter().zip(yc)).for_each(|(v, (&p, &q))| *v = f(p, q))
+            });
+        }
+        return;
+    }
+    for_rows(o, row_len, |r, orow| {
+        let n = orow.len();
+        match (ia, ib) {
+            (1, 1) => {
+                let (x, y) = (&av[sa[r]..][..n], &bv[sb[r]..][..n]);
+                orow.iter_mut().zip(x.iter().zip(y)).for_each(|(v, (&p, &q))| *v = f(p, q));
+            }
+            (1, 0) => {
+                let (x, y) = (&av[sa[r]..][..n], bv[sb[r]]);
+                orow.iter_mut().zip(x).for_each(|(v, &p)| *v = f(p, y));
+            }
+            (0, 1) => {
+                let (x, y) = (av[sa[r]], &bv[sb[r]..][..n]);
+                orow.iter_mut().zip(y).for_each(|(v, &q)| *v = f(x, q));
+            }
+            _ => {
+                for (j, v) in orow.iter_mut().enumerate() {
+                    *v = f(av[(sa[r] as isize + j as isize * ia) as usize], bv[(sb[r] as isize + j as isize * ib) as usize]);
+                }
+            }
+        }
+    });
+}
+
 fn unary_f(op: UnaryOp) -> fn(f32) -> f32 {
     match op {
         UnaryOp::Neg => |x| -x,
@@ -376,31 +418,23 @@ impl Device for CpuDevice {
                 let (_, ib) = inner(lb);
                 match out.dtype {
                     DType::F32 => {
-                        let f = binary_f(*op);
                         let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                         if let (Src::F32(av), Src::F32(bv)) = (a, b) {
-                            for_rows(o, row_len, |r, orow| {
-                                let n = orow.len();
-                                match (ia, ib) {
-                                    (1, 1) => {
-                                        let (x, y) = (&av[sa[r]..][..n], &bv[sb[r]..][..n]);
-                                        for j in 0..n {
-                                            orow[j] = f(x[j], y[j]);
-                                        }
-                                    }
-                                    (1, 0) => {
-                                        let (x, y) = (&av[sa[r]..][..n], bv[sb[r]]);
-                                        for j in 0..n {
-                                            orow[j] = f(x[j], y);
-                                        }
-                                    }
-                                    _ => {
-                                        for (j, v) in orow.iter_mut().enumerate() {
-                                            *v = f(av[(sa[r] as isize + j as isize * ia) as usize], bv[(sb[r] as isize + j as isize * ib) as usize]);
-                                        }
-                                    }
-                                }
-                            });
+                            // Static dispatch so each op's loop is inlined and vectorised.
+                            macro_rules! go {
+                                ($f:expr) => {
+                                    binary_rows(o, row_len, av, bv, &sa, &sb, ia, ib, $f)
+                                };
+                            }
+                            match op {
+                                BinaryOp::Add => go!(|x: f32, y: f32| x + y),
+                                BinaryOp::Sub => go!(|x: f32, y: f32| x - y),
+                                BinaryOp::Mul => go!(|x: f32, y: f32| x * y),
+                                BinaryOp::Div => go!(|x: f32, y: f32| x / y),
+                                BinaryOp::Max => go!(f32::max),
+                                BinaryOp::Min => go!(f32::min),
+                                BinaryOp::And | BinaryOp::Or => go!(binary_f(*op)),
+                            }
                         } else {
                             return Err("binary f32 output from non-f32 operands".into());
                         }

@@ -13,6 +13,8 @@
 //! eight i32 lanes are converted to f32 and accumulated with `fma(d_w·d_x, ·, acc)`; K-quants
 //! first accumulate a whole super-block in i32 lanes.
 
+mod panel;
+
 use std::arch::x86_64::*;
 
 use super::Task;
@@ -54,6 +56,8 @@ trait Ops: Copy {
     /// `acc + Σ_{2 adjacent i16} (a·b pair sums) · s`: `a` unsigned bytes ≤ 63, `b` signed bytes,
     /// `s` i16 scales (i32 lanes).
     unsafe fn dp_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i;
+    /// `acc + Σ_{2 adjacent i16} a·b` (i32 lanes).
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
     /// Byte `j` of `v` plus 16 where bit `j` of `bits` is set.
     unsafe fn add_bits16(v: __m256i, bits: u32) -> __m256i;
     /// Byte `j` of `v` plus 16 where bit `s` of byte `j` of `qh` is set.
@@ -73,6 +77,10 @@ impl Ops for Avx2Ops {
     #[inline(always)]
     unsafe fn dp_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i {
         _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), s))
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     }
     #[inline(always)]
     unsafe fn add_bits16(v: __m256i, bits: u32) -> __m256i {
@@ -105,6 +113,10 @@ impl Ops for VnniOps {
     #[inline(always)]
     unsafe fn dp_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i {
         _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(a, b), s)
+    }
+    #[inline(always)]
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_dpwssd_epi32(acc, a, b)
     }
     #[inline(always)]
     unsafe fn add_bits16(v: __m256i, bits: u32) -> __m256i {
@@ -316,10 +328,25 @@ impl KHeader {
     };
 }
 
+/// The scalar header of a K-quant super-block (for packing panels).
+#[derive(Clone, Copy, Default)]
+struct KMeta {
+    d: f32,
+    dmin: f32,
+    /// Sub-block scales (8 for Q4_K/Q5_K, 16 for Q6_K).
+    sc: [i16; 16],
+    /// Q4_K/Q5_K: sub-block mins.
+    mins: [i16; 8],
+}
+
 /// A 256-element super-block format.
 trait KQuant {
     /// Bytes per super-block.
     const BYTES: usize;
+    /// True for 16-element sub-blocks (Q6_K), false for 32 (Q4_K/Q5_K, which also have mins).
+    const SUB16: bool;
+    /// The scales of a super-block, as plain numbers.
+    unsafe fn meta(blk: *const u8) -> KMeta;
     unsafe fn header(blk: *const u8) -> KHeader;
     /// The 32 unsigned quants of chunk `c` (elements `32c..32c+32`) and their i16 scales
     /// (per 16-bit lane: each lane covers two elements).
@@ -344,6 +371,18 @@ unsafe fn scales_mins_k4(p: *const u8) -> __m128i {
     let sc_hi = (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4);
     let m_hi = ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4);
     _mm_setr_epi32(sc_lo as i32, sc_hi as i32, m_lo as i32, m_hi as i32)
+}
+
+#[inline(always)]
+unsafe fn k4_meta(blk: *const u8) -> KMeta {
+    let mut b = [0u8; 16];
+    _mm_storeu_si128(b.as_mut_ptr().cast(), scales_mins_k4(blk.add(4)));
+    let mut m = KMeta { d: f16_at(blk), dmin: f16_at(blk.add(2)), ..KMeta::default() };
+    for s in 0..8 {
+        m.sc[s] = i16::from(b[s]);
+        m.mins[s] = i16::from(b[8 + s]);
+    }
+    m
 }
 
 #[inline(always)]
@@ -376,6 +415,11 @@ unsafe fn k4_finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx:
 struct Q4K;
 impl KQuant for Q4K {
     const BYTES: usize = 144;
+    const SUB16: bool = false;
+    #[inline(always)]
+    unsafe fn meta(blk: *const u8) -> KMeta {
+        k4_meta(blk)
+    }
     #[inline(always)]
     unsafe fn header(blk: *const u8) -> KHeader {
         k4_header(blk)
@@ -395,6 +439,11 @@ impl KQuant for Q4K {
 struct Q5K;
 impl KQuant for Q5K {
     const BYTES: usize = 176;
+    const SUB16: bool = false;
+    #[inline(always)]
+    unsafe fn meta(blk: *const u8) -> KMeta {
+        k4_meta(blk)
+    }
     #[inline(always)]
     unsafe fn header(blk: *const u8) -> KHeader {
         KHeader { qh: _mm256_loadu_si256(blk.add(16).cast()), ..k4_header(blk) }
@@ -414,6 +463,15 @@ impl KQuant for Q5K {
 struct Q6K;
 impl KQuant for Q6K {
     const BYTES: usize = 210;
+    const SUB16: bool = true;
+    #[inline(always)]
+    unsafe fn meta(blk: *const u8) -> KMeta {
+        let mut m = KMeta { d: f16_at(blk.add(208)), ..KMeta::default() };
+        for t in 0..16 {
+            m.sc[t] = i16::from(*blk.add(192 + t) as i8);
+        }
+        m
+    }
     #[inline(always)]
     unsafe fn header(blk: *const u8) -> KHeader {
         KHeader {
@@ -538,9 +596,15 @@ unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize,
     }
 }
 
+/// From this many activation rows on, weight rows are packed into panels ([`panel`]).
+const PANEL_MIN_M: usize = 1;
+
 #[inline(always)]
-unsafe fn run_generic<O: Ops>(t: &Task<'_>) {
+unsafe fn run_generic<O: panel::PanelRows>(t: &Task<'_>) {
     let m = t.xq.m;
+    if m >= PANEL_MIN_M {
+        return panel::run::<O>(t);
+    }
     let rmax = if t.xq.ty == GgmlType::Q8_K { O::R_K } else { 4 };
     let group = t.group_rows();
     let mut j0 = t.rows.start;
