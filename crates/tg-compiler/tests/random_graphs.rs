@@ -162,6 +162,7 @@ fn check(seed: u64, opts: &CompileOptions, threads: usize) {
     validate(&c.plan, std::slice::from_ref(&dev)).unwrap_or_else(|e| panic!("seed {seed}: invalid plan: {e}"));
     let want = tg_ir::interp::eval(&g, &inputs, &weights).unwrap();
     let mut exe = Executable::new(c.plan, vec![dev], Arc::new(weights)).unwrap();
+    exe.set_poison(true);
     // Run twice: a plan must be re-runnable with identical results.
     for _ in 0..2 {
         let got = exe.run(&inputs).unwrap();

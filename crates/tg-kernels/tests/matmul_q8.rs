@@ -218,7 +218,8 @@ fn q8_0_rounding_is_x86_not_reference() {
 #[test]
 fn matches_f64_reference_all_isas_types_shapes() {
     let isas = isas();
-    const MS: [usize; 6] = [1, 2, 3, 7, 17, 64];
+    // Both kernel families: one-row tiles (small m) and packed panels (m ≥ 2 … 8 by type).
+    const MS: [usize; 8] = [1, 2, 3, 7, 8, 11, 17, 64];
     const NS: [usize; 4] = [1, 5, 33, 263];
     let (m_max, n_max) = (64, 263);
     for (t, &ty) in TYPES.iter().enumerate() {

@@ -36,6 +36,8 @@ pub struct Executable {
     arenas: Vec<Arena>,
     /// Per step time (ns) of the last profiled run, when profiling is on.
     profile: Option<Vec<u64>>,
+    /// Fill arenas with NaN bytes before every run (tests: unwritten elements show up).
+    poison: bool,
 }
 
 impl Executable {
@@ -69,7 +71,7 @@ impl Executable {
         for (i, a) in plan.arenas.iter().enumerate() {
             arenas.push(Arena::new(a.bytes).ok_or_else(|| RuntimeError::Alloc { arena: i, device: plan.devices[a.device].clone(), bytes: a.bytes })?);
         }
-        Ok(Executable { plan, devices, weights, arenas, profile: None })
+        Ok(Executable { plan, devices, weights, arenas, profile: None, poison: false })
     }
 
     /// The plan being executed.
@@ -82,89 +84,30 @@ impl Executable {
         self.profile = on.then(|| vec![0; self.plan.steps.len()]);
     }
 
+    /// Fills every arena with NaN bytes (0xFF) before each run, so a kernel that leaves
+    /// part of its output unwritten produces NaNs instead of stale values. For tests.
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on;
+    }
+
     /// Nanoseconds each step took in the last run, if profiling is on.
     pub fn step_times(&self) -> Option<&[u64]> {
         self.profile.as_deref()
     }
 
-    #[allow(dead_code)]
-    fn buffer_ptr(&mut self, buf: usize) -> (*mut u8, usize, bool) {
-        let b = &self.plan.buffers[buf];
-        match &b.storage {
-            Storage::Arena { arena, offset } => {
-                // SAFETY: offset + bytes <= arena size was checked in `new`.
-                let p = unsafe { self.arenas[*arena].ptr().add(*offset) };
-                (p, b.bytes, true)
-            }
-            Storage::Weight { name } => {
-                let s = self.weights.bytes(name).unwrap_or(&[]);
-                (s.as_ptr() as *mut u8, s.len(), false)
-            }
-        }
-    }
-
     /// Runs the plan on `inputs` (by name) and returns the outputs (by name).
     pub fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
-        // Copy inputs into their buffers.
-        for (name, tref) in self.plan.inputs.clone() {
-            let t = inputs.get(&name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
-            if t.shape != tref.layout.shape || t.dtype() != tref.layout.dtype {
-                return Err(RuntimeError::Input {
-                    name,
-                    detail: format!("got {:?} {}, plan expects {:?} {}", t.shape, t.dtype(), tref.layout.shape, tref.layout.dtype),
-                });
+        if self.poison {
+            for a in &mut self.arenas {
+                a.lines.iter_mut().for_each(|l| l.0 = [0xFF; 64]);
             }
-            let (p, len, writable) = self.buffer_ptr(tref.buffer);
-            let src: &[u8] = match &t.data {
-                HostData::F32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
-                HostData::I32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
-                HostData::Bool(v) => v,
-            };
-            let at = tref.layout.offset * tref.layout.elem_bytes();
-            if !writable || at + src.len() > len {
-                return Err(RuntimeError::Plan(format!("input '{name}' buffer cannot hold it")));
-            }
-            // SAFETY: range checked above; arenas are exclusively ours.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), src.len()) };
         }
-        let mut failure: Option<RuntimeError> = None;
         let mut times = self.profile.take();
         let bases: Vec<SendPtr> = self.arenas.iter_mut().map(|a| SendPtr(a.ptr())).collect();
-        let dev0 = self.devices.first().cloned();
-        {
-            let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases };
-            let mut body = || {
-                if let Err(e) = ctx.run_steps(times.as_deref_mut()) {
-                    failure = Some(e);
-                }
-            };
-            match dev0 {
-                Some(d) => d.scope(&mut body),
-                None => body(),
-            }
-        }
+        let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases };
+        let result = ctx.run(inputs, &mut times);
         self.profile = times;
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let mut outs = HashMap::new();
-        for (name, tref) in &self.plan.outputs {
-            let (p, len, _) = self.buffer_ptr_const(tref.buffer);
-            let bytes = unsafe { std::slice::from_raw_parts(p, len) };
-            outs.insert(name.clone(), read_tensor(bytes, &tref.layout).map_err(RuntimeError::Plan)?);
-        }
-        Ok(outs)
-    }
-
-    fn buffer_ptr_const(&self, buf: usize) -> (*const u8, usize, bool) {
-        let b = &self.plan.buffers[buf];
-        match &b.storage {
-            Storage::Arena { arena, offset } => (unsafe { (self.arenas[*arena].lines.as_ptr() as *const u8).add(*offset) }, b.bytes, true),
-            Storage::Weight { name } => {
-                let s = self.weights.bytes(name).unwrap_or(&[]);
-                (s.as_ptr(), s.len(), false)
-            }
-        }
+        result
     }
 
     /// Total bytes of all arenas.
@@ -189,6 +132,53 @@ struct RunCtx<'a> {
 }
 
 impl RunCtx<'_> {
+    /// Copies inputs in, runs every step in the first device's scope, reads outputs.
+    fn run(&self, inputs: &HashMap<String, HostTensor>, times: &mut Option<Vec<u64>>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        for (name, tref) in &self.plan.inputs {
+            let t = inputs.get(name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
+            if t.shape != tref.layout.shape || t.dtype() != tref.layout.dtype {
+                return Err(RuntimeError::Input {
+                    name: name.clone(),
+                    detail: format!("got {:?} {}, plan expects {:?} {}", t.shape, t.dtype(), tref.layout.shape, tref.layout.dtype),
+                });
+            }
+            let (p, len, writable) = self.ptr(tref.buffer);
+            // SAFETY: plain-old-data element vectors viewed as bytes.
+            let src: &[u8] = match &t.data {
+                HostData::F32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
+                HostData::I32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
+                HostData::Bool(v) => v,
+            };
+            let at = tref.layout.offset * tref.layout.elem_bytes();
+            if !writable || at + src.len() > len {
+                return Err(RuntimeError::Plan(format!("input '{name}' buffer cannot hold it")));
+            }
+            // SAFETY: range checked above; the arenas are exclusively ours during `run`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), src.len()) };
+        }
+        let mut failure: Option<RuntimeError> = None;
+        let mut body = || {
+            if let Err(e) = self.run_steps(times.as_deref_mut()) {
+                failure = Some(e);
+            }
+        };
+        match self.devices.first() {
+            Some(d) => d.scope(&mut body),
+            None => body(),
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let mut outs = HashMap::new();
+        for (name, tref) in &self.plan.outputs {
+            let (p, len, _) = self.ptr(tref.buffer);
+            // SAFETY: `len` valid bytes of a buffer no step is writing any more.
+            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+            outs.insert(name.clone(), read_tensor(bytes, &tref.layout).map_err(RuntimeError::Plan)?);
+        }
+        Ok(outs)
+    }
+
     fn ptr(&self, buf: usize) -> (*mut u8, usize, bool) {
         let b = &self.plan.buffers[buf];
         match &b.storage {

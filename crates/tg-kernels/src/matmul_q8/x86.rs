@@ -596,13 +596,22 @@ unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize,
     }
 }
 
-/// From this many activation rows on, weight rows are packed into panels ([`panel`]).
-const PANEL_MIN_M: usize = 1;
+/// From how many activation rows on weight rows are packed into panels ([`panel`]): packing
+/// pays off at once for the cheap-to-decode 32-blocks, later for the K-quants (whose one-row
+/// kernels share a decoded super-block over several activation rows already) and for Q8_0
+/// (whose one-row kernel is bound by memory bandwidth up to a few rows). Measured on Zen 4.
+fn panel_min_m(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 => 2,
+        GgmlType::Q4_K | GgmlType::Q5_K => 4,
+        _ => 8,
+    }
+}
 
 #[inline(always)]
 unsafe fn run_generic<O: panel::PanelRows>(t: &Task<'_>) {
     let m = t.xq.m;
-    if m >= PANEL_MIN_M {
+    if m >= panel_min_m(t.ty) {
         return panel::run::<O>(t);
     }
     let rmax = if t.xq.ty == GgmlType::Q8_K { O::R_K } else { 4 };
