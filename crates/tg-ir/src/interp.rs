@@ -4,7 +4,7 @@
 //! weights are widened; sums, matmuls and reductions accumulate in f64). It is slow on
 //! purpose; kernels, rewrite rules and compiled plans are all tested against it.
 
-use crate::shape::{broadcast_strides, contiguous_strides, numel};
+use crate::shape::{broadcast_strides, contiguous_strides, numel, strided_offsets};
 use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, ReduceOp, UnaryOp, WeightStore};
 use std::collections::HashMap;
 
@@ -53,31 +53,9 @@ impl Value<'_> {
     }
 }
 
-/// Iterates the linear indices of an input read with `strides` over the output `shape`.
-fn strided_indices(shape: &[usize], strides: &[isize], offset: isize) -> Vec<usize> {
-    let n = numel(shape);
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; shape.len()];
-    for _ in 0..n {
-        let mut lin = offset;
-        for d in 0..shape.len() {
-            lin += idx[d] as isize * strides[d];
-        }
-        out.push(lin as usize);
-        for d in (0..shape.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    out
-}
-
 fn broadcast_to(a: &Array, shape: &[usize]) -> Vec<f64> {
     let st = broadcast_strides(&a.shape, shape);
-    strided_indices(shape, &st, 0).into_iter().map(|i| a.data[i]).collect()
+    strided_offsets(shape, &st, 0).into_iter().map(|i| a.data[i]).collect()
 }
 
 fn round_to(dtype: DType, x: f64) -> f64 {
@@ -197,7 +175,7 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             let nb = numel(batch_shape);
             // Batch index → offset of each operand's matrix (broadcast batch dims).
             let a_batch = &a.shape[..a.shape.len() - 2];
-            let a_off = strided_indices(batch_shape, &broadcast_strides(a_batch, batch_shape), 0);
+            let a_off = strided_offsets(batch_shape, &broadcast_strides(a_batch, batch_shape), 0);
             let mut data = vec![0f64; nb * m * nn];
             match args[1] {
                 Value::Stored { shape, ty, bytes } => {
@@ -214,7 +192,7 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
                 }
                 Value::Dense(b) => {
                     let b_batch = &b.shape[..b.shape.len() - 2];
-                    let b_off = strided_indices(batch_shape, &broadcast_strides(b_batch, batch_shape), 0);
+                    let b_off = strided_offsets(batch_shape, &broadcast_strides(b_batch, batch_shape), 0);
                     for bi in 0..nb {
                         let ab = &a.data[a_off[bi] * m * k..][..m * k];
                         let bb = &b.data[b_off[bi] * k * nn..][..k * nn];
@@ -238,13 +216,13 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             let a = dense(0)?;
             let st = contiguous_strides(&a.shape);
             let pst: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
-            out(strided_indices(&n.shape, &pst, 0).into_iter().map(|l| a.data[l]).collect())
+            out(strided_offsets(&n.shape, &pst, 0).into_iter().map(|l| a.data[l]).collect())
         }
         Op::Expand => out(broadcast_to(&dense(0)?, &n.shape)),
         Op::Slice { axis, start, .. } => {
             let a = dense(0)?;
             let st = contiguous_strides(&a.shape);
-            out(strided_indices(&n.shape, &st, *start as isize * st[*axis]).into_iter().map(|l| a.data[l]).collect())
+            out(strided_offsets(&n.shape, &st, *start * st[*axis] as usize).into_iter().map(|l| a.data[l]).collect())
         }
         Op::Concat { axis } => {
             let parts: Vec<Array> = (0..args.len()).map(dense).collect::<Result<_, _>>()?;

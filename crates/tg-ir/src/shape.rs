@@ -54,6 +54,29 @@ pub fn broadcast_strides(src: &[usize], dst: &[usize]) -> Vec<isize> {
         .collect()
 }
 
+/// Linear offsets (in elements) of every element of a strided view, in row-major order of
+/// `shape`: `offset + Σ idx[d]·strides[d]`. Strides must keep every offset non-negative.
+pub fn strided_offsets(shape: &[usize], strides: &[isize], offset: usize) -> Vec<usize> {
+    let n = numel(shape);
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        let mut lin = offset as isize;
+        for d in 0..shape.len() {
+            lin += idx[d] as isize * strides[d];
+        }
+        out.push(lin as usize);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

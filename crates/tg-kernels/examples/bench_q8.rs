@@ -5,12 +5,13 @@
 //!
 //! Prints the best wall time per call over a few trials, GFLOP/s (`2·m·n·k / t`) and GB/s
 //! (weight bytes / t; the weights are "hot": one matrix, repeated, so it stays in cache when it
-//! fits). `matmul_qt_q8` includes quantizing the activations. Threads come from a rayon pool
-//! of the given size.
+//! fits). `matmul_qt_q8` includes quantizing the activations; "ggml" is `Q8Order::Ggml`
+//! (llama.cpp's summation order), "q8" the default `Q8Order::Fast`. Threads come from a rayon
+//! pool of the given size.
 
 use std::time::Instant;
 
-use tg_kernels::{matmul_qt_q8_with, matmul_qt_with, GgmlType, Isa};
+use tg_kernels::{matmul_qt_q8_ordered, matmul_qt_with, GgmlType, Isa, Q8Order};
 
 struct Shape {
     name: &'static str,
@@ -59,10 +60,23 @@ fn main() {
     let isas = if all { Isa::available() } else { vec![tg_kernels::isa()] };
     println!("{}", tg_kernels::cpu_features());
     println!(
-        "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>10} {:>8} {:>7} | {:>10} {:>8} {:>7} | {:>7}",
-        "isa", "shape", "type", "m", "thr", "f32 us", "GFLOP/s", "GB/s", "q8 us", "GFLOP/s", "GB/s", "speedup"
+        "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>9} {:>7} {:>6} | {:>9} {:>7} {:>6} {:>6} | {:>9} {:>6}",
+        "isa",
+        "shape",
+        "type",
+        "m",
+        "thr",
+        "f32 us",
+        "GFLOP/s",
+        "GB/s",
+        "q8 us",
+        "GFLOP/s",
+        "GB/s",
+        "vs f32",
+        "ggml us",
+        "vs f32"
     );
-    for sh in SHAPES.iter().filter(|s| only.as_deref().map_or(true, |o| o.eq_ignore_ascii_case(s.ty.name()))) {
+    for sh in SHAPES.iter().filter(|s| only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(s.ty.name()))) {
         let row_bytes = sh.ty.row_bytes(sh.k).expect("shape is whole blocks");
         let w = tg_quant::random_blocks(sh.ty, sh.n * sh.k, 7);
         for &m in &ms {
@@ -74,15 +88,21 @@ fn main() {
                 for &t in &threads {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("rayon pool");
                     let tf = pool.install(|| {
-                        time_per_call(min_s, || matmul_qt_with(isa, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt"))
-                    });
-                    let tq = pool.install(|| {
                         time_per_call(min_s, || {
-                            matmul_qt_q8_with(isa, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt_q8")
+                            matmul_qt_with(isa, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt")
                         })
                     });
+                    let mut q8 = |order: Q8Order| {
+                        pool.install(|| {
+                            time_per_call(min_s, || {
+                                matmul_qt_q8_ordered(isa, order, &x, m, sh.k, &w, sh.ty, sh.n, &mut y)
+                                    .expect("matmul_qt_q8")
+                            })
+                        })
+                    };
+                    let (tq, tg) = (q8(Q8Order::Fast), q8(Q8Order::Ggml));
                     println!(
-                        "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>10.1} {:>8.1} {:>7.2} | {:>10.1} {:>8.1} {:>7.2} | {:>6.2}x",
+                        "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>9.1} {:>7.1} {:>6.2} | {:>9.1} {:>7.1} {:>6.2} {:>5.2}x | {:>9.1} {:>5.2}x",
                         isa.name(),
                         sh.name,
                         sh.ty.name(),
@@ -94,7 +114,9 @@ fn main() {
                         tq * 1e6,
                         flop / tq * 1e-9,
                         bytes / tq * 1e-9,
-                        tf / tq
+                        tf / tq,
+                        tg * 1e6,
+                        tf / tg
                     );
                 }
             }

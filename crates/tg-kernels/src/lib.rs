@@ -102,6 +102,6 @@ pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Resu
 
 mod matmul_q8;
 pub use matmul_q8::{
-    matmul_qt_q8, matmul_qt_q8_pre, matmul_qt_q8_pre_with, matmul_qt_q8_with, q8_activation_type, quantize_activations,
-    quantize_activations_with, QuantizedActivations,
+    matmul_qt_q8, matmul_qt_q8_ordered, matmul_qt_q8_pre, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, q8_activation_type,
+    quantize_activations, quantize_activations_with, Q8Order, QuantizedActivations,
 };

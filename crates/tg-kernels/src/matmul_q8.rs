@@ -29,28 +29,40 @@
 //!
 //! # Arithmetic
 //! Integer block dot products are exact. The float part follows ggml's structure: the scale
-//! product `d_w·d_x` is rounded to f32 once per block, multiplied with the (exactly converted)
-//! integer sum and accumulated in f32; the SIMD paths keep eight accumulator lanes (as ggml's
-//! AVX2 code does) and sum them at the end. So results agree with ggml up to the order of the
-//! f32 summation (and the other rare quantization cases above), and with an f64 dot product of
-//! the dequantized operands to within `~(k/32 + 10)·ε·Σ|w·x|`.
+//! product `d_w·d_x` is rounded to f32 once per block (super-block for the K-quants), multiplied
+//! with the exactly converted integer sum (exact below 2²⁴) and accumulated in f32. Results agree
+//! with ggml up to the order of the f32 summation, and with an f64 dot product of the
+//! dequantized operands to within `~(k/32 + 12)·ε·Σ|w·x|`. [`Q8Order::Ggml`] goes further and
+//! reproduces the summation order of the kernel llama.cpp picks for the shape where this module
+//! mirrors it (bit-identical results, checked against libggml-cpu in the tests).
 //!
-//! # Paths
+//! # Kernels
+//! * One-row tiles (`x86.rs`): up to four activation rows × two weight rows; per 32-block eight
+//!   i32 lanes (each the sum of four products) go through `fma(d_w·d_x, ·, acc)`, as in ggml's
+//!   x86 `vec_dot` (the K-quants sum a super-block in i32 lanes first; the mins are accumulated
+//!   the way ggml's Q4_K / Q5_K code does). Bit-identical to ggml's `vec_dot`.
+//! * Packed panels (`x86/panel.rs`), for more activation rows: eight weight rows are decoded and
+//!   transposed so that one `u8 × i8` multiply-add with four broadcast activation bytes advances
+//!   eight dot products; each lane holds one row's exact block sum. For Q4_K this is the float
+//!   structure of ggml's repacked `gemv_q4_K_8x8` (bit-identical).
+//! * Portable (`scalar.rs`): integer loops, one accumulator.
+//!
+//! # ISAs
 //! * [`Isa::Scalar`]: portable integer loops.
 //! * [`Isa::Avx2`]: 256-bit `vpmaddubsw`/`vpmaddwd` (u8 × i8 → i16 pairs → i32), as ggml's AVX2 code.
-//! * [`Isa::Avx512`]: the same 256-bit kernels, with AVX-512 VNNI `vpdpbusd`/`vpdpwssd` and
-//!   AVX-512BW mask operations for the high bits of Q5_0/Q5_K when the CPU has AVX512-VNNI;
-//!   without VNNI it runs the AVX2 kernels.
+//! * [`Isa::Avx512`]: the same 256-bit kernels with AVX-512 VNNI `vpdpbusd`/`vpdpwssd` and
+//!   AVX-512BW mask operations when the CPU has AVX512-VNNI (without VNNI: the AVX2 kernels).
+//!   The integer sums are identical, so AVX2 and AVX-512 results are bit-identical.
 //!
-//! All paths give bit-identical quantized activations; the matmul results differ between paths
-//! only by f32 summation order.
+//! All paths give bit-identical quantized activations.
 //!
 //! # Work split
 //! The activations are quantized once per call (rows in parallel when there are many), then the
-//! `n` weight rows are split over the rayon pool in contiguous ranges. Inside a range, tiles of
-//! up to four activation rows × two weight rows share every decoded weight block and every
-//! loaded activation block; weight rows are visited in groups small enough to stay in L1/L2
-//! while all activation rows pass over them.
+//! `n` weight rows are split over the rayon pool in contiguous ranges (multiples of eight rows).
+//! Every output is computed by the same steps whatever the split, so results do not depend on
+//! the number of threads. Weight rows are streamed with software prefetch on the first pass; the
+//! one-row tiles visit weight rows in groups small enough to stay in L1/L2 while all activation
+//! rows pass over them, panels are packed once and reused by every activation row.
 
 mod quant;
 mod scalar;
@@ -81,9 +93,22 @@ pub fn q8_activation_type(ty: GgmlType) -> Option<GgmlType> {
     }
 }
 
-/// Activation rows quantized to Q8_0 or Q8_K as ggml does (see the [module docs](self)), in a
+/// Activation rows quantized to Q8_0 or Q8_K exactly as llama.cpp's x86 CPU backend does, in a
 /// layout made for the dot-product kernels: all quants row-major, scales as f32, and the sums of
 /// each 32 (Q8_0) or 16 (Q8_K) quants.
+///
+/// * **Q8_0** (for Q4_0/Q5_0/Q8_0 weights) follows ggml's x86 `quantize_row_q8_0`: per 32
+///   elements `d = f16(amax / 127)` and `q = round_half_even(x · (127 / amax))`. ggml's portable
+///   reference (and `tg_quant::quantize_row_q8_0`) computes `x · (1 / (amax / 127))` and rounds
+///   half away from zero; the two differ by ±1 in exact ties and, rarely, within an ulp of one.
+/// * **Q8_K** (for K-quant weights) follows `quantize_row_q8_K_ref` (which x86 runs, and which
+///   `tg_quant::quantize_row_q8_k` implements): the element `max` of largest magnitude (first on
+///   ties) maps to −127, `q = min(127, round_half_even(x · (−127 / max)))`, `d = 1 / iscale`.
+///
+/// Degenerate blocks: a block whose f16 scale underflows to 0 gets zero quants (its products
+/// are 0 in ggml too); a block with a NaN or infinite element gets scale NaN and zero quants, so
+/// every output depending on it is NaN; all-zero Q8_K blocks get zero sums (ggml leaves them
+/// unwritten).
 ///
 /// Quantize once with [`quantize_activations`] and reuse for every weight matrix with the same
 /// activation type (e.g. the Q, K and V projections of one input) via [`matmul_qt_q8_pre`].
@@ -199,22 +224,67 @@ pub fn quantize_activations_with(
     Ok(qa)
 }
 
+/// The f32 summation order of the int8 kernels. The integer block sums, and therefore the
+/// quantization error, are the same either way; the orders differ in the last bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Q8Order {
+    /// The fastest kernels for the shape: one-row tiles for few activation rows, packed
+    /// eight-row weight panels for more (from 2 to 8 rows, by type).
+    #[default]
+    Fast,
+    /// On x86 (AVX2 / AVX-512), the kernels llama.cpp's CPU backend (x86 build with AVX2 or
+    /// AVX-512 VNNI, default settings) runs for the shape, reproducing its float steps so that
+    /// results are bit-identical: `ggml_vec_dot_*` for Q4_0/Q5_0/Q8_0 at `m = 1`, llamafile's
+    /// tinyBLAS (same per-block steps) at `m ≥ 2`; `vec_dot` for Q5_K/Q6_K at `m < 8`; the
+    /// repacked 8-row Q4_K kernel (`gemv_q4_K_8x8`) when `n` is a multiple of 8, else `vec_dot`.
+    /// Where llama.cpp uses kernels this module does not mirror (its "tiled" K-quant GEMM for
+    /// `m ≥ 8`, the 4-row repacked Q4_K GEMM for `m ≥ 4`), the fast kernels are used and results
+    /// differ from llama.cpp in the last bits. Verified bit-for-bit against libggml-cpu for
+    /// `vec_dot` and `gemv_q4_K_8x8` (see the tests). Slower than [`Q8Order::Fast`] for
+    /// Q4_0/Q5_0/Q8_0 with `m ≥ 2` and for Q4_K with small `m`. The portable path ignores this.
+    Ggml,
+}
+
 /// `y[i, j] = Σ_blocks d_w·d_x·(integer block dot)`: `x` is `m × k` f32 row-major, quantized per
-/// row like ggml (Q8_0 for 32-element weight blocks, Q8_K for K-quants; see the
-/// [module docs](self)); `w` holds `n` rows of `k` elements of type `ty`; `y` is `m × n`
-/// row-major and fully overwritten.
+/// row like ggml (Q8_0 for 32-element weight blocks, Q8_K for K-quants; see
+/// [`QuantizedActivations`]); `w` holds `n` rows of `k` elements of type `ty`; `y` is `m × n`
+/// row-major and fully overwritten. Uses [`Q8Order::Fast`].
 ///
 /// Weight types: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. F32/F16/BF16 weights are delegated to
 /// [`crate::matmul_qt`] (f32 activations). Errors (never panics) on other types, wrong buffer
 /// lengths or a `k` that is not a whole number of blocks.
-pub fn matmul_qt_q8(x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
-    matmul_qt_q8_with(isa(), x, m, k, w, ty, n, y)
+pub fn matmul_qt_q8(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    matmul_qt_q8_ordered(isa(), Q8Order::Fast, x, m, k, w, ty, n, y)
 }
 
 /// [`matmul_qt_q8`] on an explicit ISA.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_qt_q8_with(
     isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    matmul_qt_q8_ordered(isa, Q8Order::Fast, x, m, k, w, ty, n, y)
+}
+
+/// [`matmul_qt_q8`] on an explicit ISA with an explicit summation order.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_qt_q8_ordered(
+    isa: Isa,
+    order: Q8Order,
     x: &[f32],
     m: usize,
     k: usize,
@@ -242,19 +312,26 @@ pub fn matmul_qt_q8_with(
         return Ok(());
     }
     let xq = quantize_activations_with(isa, x, m, k, act)?;
-    run(isa, &xq, w, ty, n, row_bytes, y);
+    run(isa, order, &xq, w, ty, n, row_bytes, y);
     Ok(())
 }
 
 /// [`matmul_qt_q8`] with activations already quantized by [`quantize_activations`]
 /// (`xq.act_type()` must be [`q8_activation_type`]`(ty)`; `m`, `k` are taken from `xq`).
-pub fn matmul_qt_q8_pre(xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
-    matmul_qt_q8_pre_with(isa(), xq, w, ty, n, y)
+pub fn matmul_qt_q8_pre(
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    matmul_qt_q8_pre_ordered(isa(), Q8Order::Fast, xq, w, ty, n, y)
 }
 
-/// [`matmul_qt_q8_pre`] on an explicit ISA.
-pub fn matmul_qt_q8_pre_with(
+/// [`matmul_qt_q8_pre`] on an explicit ISA with an explicit summation order.
+pub fn matmul_qt_q8_pre_ordered(
     isa: Isa,
+    order: Q8Order,
     xq: &QuantizedActivations,
     w: &[u8],
     ty: GgmlType,
@@ -276,13 +353,14 @@ pub fn matmul_qt_q8_pre_with(
         y.fill(0.0);
         return Ok(());
     }
-    run(isa, xq, w, ty, n, row_bytes, y);
+    run(isa, order, xq, w, ty, n, row_bytes, y);
     Ok(())
 }
 
 /// One task's share of the matmul: weight rows `rows` against every activation row.
 pub(crate) struct Task<'a> {
     pub ty: GgmlType,
+    pub order: Q8Order,
     pub xq: &'a QuantizedActivations,
     pub w: *const u8,
     pub row_bytes: usize,
@@ -307,13 +385,23 @@ impl Task<'_> {
     }
 }
 
-fn run(isa: Isa, xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, row_bytes: usize, y: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn run(
+    isa: Isa,
+    order: Q8Order,
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    row_bytes: usize,
+    y: &mut [f32],
+) {
     let (wp, yp) = (SyncPtr(w.as_ptr() as *mut u8), SyncPtr(y.as_mut_ptr()));
     // Per task at least ~64 KiB of weights or ~4 M multiply-adds, whichever comes first.
     let macs_per_row = xq.m * xq.k;
     let min_rows = (65_536 / row_bytes).min((1 << 22) / macs_per_row.max(1)).max(1);
     for_ranges(n, min_rows, 8, |rows| {
-        let t = Task { ty, xq, w: wp.get(), row_bytes, n, y: yp.get(), rows };
+        let t = Task { ty, order, xq, w: wp.get(), row_bytes, n, y: yp.get(), rows };
         match isa {
             // SAFETY: `checked` verified the ISA; `rows` is this task's disjoint output columns,
             // and the buffers were validated by the entry point.

@@ -5,8 +5,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    matmul_qt_q8_pre_with, matmul_qt_q8_with, matmul_qt_with, q8_activation_type, quantize_activations_with, GgmlType,
-    Isa, KernelError,
+    matmul_qt_q8_ordered, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, matmul_qt_with, q8_activation_type,
+    quantize_activations_with, GgmlType, Isa, KernelError, Q8Order,
 };
 use tg_quant::{dequantize_row, f16_to_f32, f32_to_f16, quantize_row_q8_0, quantize_row_q8_k, random_blocks};
 
@@ -232,15 +232,19 @@ fn matches_f64_reference_all_isas_types_shapes() {
             let r = reference(ty, &x, m_max, k, &w, n_max);
             let row_bytes = ty.row_bytes(k).unwrap();
             for &isa in &isas {
-                let mut worst = 0.0f64;
-                for &m in &MS {
-                    for &n in &NS {
-                        let mut y = vec![f32::NAN; m * n];
-                        matmul_qt_q8_with(isa, &x[..m * k], m, k, &w[..n * row_bytes], ty, n, &mut y).unwrap();
-                        worst = worst.max(check(&format!("{isa} {ty} m={m} n={n} k={k}"), &y, &r, m, n, k));
+                for order in [Q8Order::Fast, Q8Order::Ggml] {
+                    let mut worst = 0.0f64;
+                    for &m in &MS {
+                        for &n in &NS {
+                            let mut y = vec![f32::NAN; m * n];
+                            let (xs, ws) = (&x[..m * k], &w[..n * row_bytes]);
+                            matmul_qt_q8_ordered(isa, order, xs, m, k, ws, ty, n, &mut y).unwrap();
+                            let what = format!("{isa} {order:?} {ty} m={m} n={n} k={k}");
+                            worst = worst.max(check(&what, &y, &r, m, n, k));
+                        }
                     }
+                    eprintln!("{isa:>6} {order:?} {ty:<4} k={k:<4}: worst error {worst:.3} × bound");
                 }
-                eprintln!("{isa:>6} {ty:<4} k={k:<4}: worst error {worst:.3} × bound");
             }
         }
     }
@@ -284,13 +288,21 @@ fn threads_and_prequantization_do_not_change_results() {
             let y1 = run(1);
             assert!(y1.iter().all(|v| v.is_finite()));
             for t in [2, 3, 5] {
-                assert_eq!(run(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{isa} {ty} {t} threads");
+                assert_eq!(
+                    run(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{isa} {ty} {t} threads"
+                );
             }
             // Pre-quantized activations give the same bits.
             let xq = quantize_activations_with(isa, &x, m, k, q8_activation_type(ty).unwrap()).unwrap();
             let mut y2 = vec![f32::NAN; m * n];
-            matmul_qt_q8_pre_with(isa, &xq, &w, ty, n, &mut y2).unwrap();
-            assert_eq!(y2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{isa} {ty} pre");
+            matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y2).unwrap();
+            assert_eq!(
+                y2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{isa} {ty} pre"
+            );
         }
     }
 }
@@ -330,7 +342,10 @@ fn float_weights_delegate_to_matmul_qt() {
             let mut b = vec![f32::NAN; m * n];
             matmul_qt_q8_with(isa, &x, m, k, &w, ty, n, &mut a).unwrap();
             matmul_qt_with(isa, &x, m, k, &w, ty, n, &mut b).unwrap();
-            assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
         }
     }
 }
@@ -357,9 +372,12 @@ fn bad_arguments_are_errors() {
         // Activations of the wrong type for these weights.
         let other = if q8_activation_type(ty) == Some(GgmlType::Q8_0) { GgmlType::Q8_K } else { GgmlType::Q8_0 };
         let xq = quantize_activations_with(isa, &x, m, k, other).unwrap();
-        assert!(matmul_qt_q8_pre_with(isa, &xq, &w, ty, n, &mut y).is_err());
+        assert!(matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y).is_err());
         let xq = quantize_activations_with(isa, &x, m, k, q8_activation_type(ty).unwrap()).unwrap();
-        assert!(matches!(matmul_qt_q8_pre_with(isa, &xq, &w, ty, n, &mut y[1..]), Err(KernelError::Length { .. })));
+        assert!(matches!(
+            matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y[1..]),
+            Err(KernelError::Length { .. })
+        ));
     }
     // Types without an int8 kernel, and non-activation formats for the quantizer.
     for ty in [GgmlType::Q4_1, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q8_K] {
@@ -377,4 +395,97 @@ fn bad_arguments_are_errors() {
     matmul_qt_q8_with(isa, &[], 2, 0, &[], GgmlType::Q8_0, 3, &mut y).unwrap();
     assert!(y.iter().all(|&v| v == 0.0));
     matmul_qt_q8_with(isa, &[], 0, 256, &random_blocks(GgmlType::Q4_K, 256, 3), GgmlType::Q4_K, 1, &mut []).unwrap();
+}
+
+/// Outputs of llama.cpp's libggml-cpu (x86-64 build with AVX-512 VNNI, the llama.cpp vendored
+/// by llama-cpp-python 0.3.36) for the deterministic inputs of [`golden_inputs`]: FNV-1a hashes
+/// of the quantized activation rows (`from_float` of the activation type), `ggml_vec_dot_*`
+/// results (`m = 2` rows × `n = 8` weight rows, `k = 512`, row-major f32 bits) and, for Q4_K,
+/// the repacked kernel `ggml_gemv_q4_K_8x8_q8_K`.
+struct Golden {
+    ty: GgmlType,
+    seed: u32,
+    act_fnv: [u64; 2],
+    vec_dot: [u32; 16],
+    repack_gemv: Option<[u32; 16]>,
+}
+
+#[rustfmt::skip]
+const GOLDEN: [Golden; 6] = [
+    Golden { ty: GgmlType::Q4_0, seed: 2, act_fnv: [0xf5cbdb103325b5c1, 0xdb5aee4e845f9b41], vec_dot: [0xc1dc4072, 0x41dc585c, 0xc20a3628, 0x4155f12e, 0x4234b7cc, 0x41f3b8fa, 0xc231e62b, 0x416372ae, 0x414ad490, 0xc24175bc, 0x4277bed5, 0xbea60400, 0x41a41a16, 0xc194d9d0, 0xc1d7426c, 0x41b7e79f], repack_gemv: None },
+    Golden { ty: GgmlType::Q5_0, seed: 6, act_fnv: [0xf5cbdb103325b5c1, 0xdb5aee4e845f9b41], vec_dot: [0xc2b35621, 0xc239bdfc, 0xc27a421c, 0xc1d4fec3, 0xc15c97c7, 0xc2cc9452, 0xc1e86092, 0x42473fb8, 0xc28b6f10, 0x4188d8bc, 0xc2013637, 0x3f9d3cc0, 0x4264cb46, 0x42e3db95, 0x42225d13, 0xc2dedfc7], repack_gemv: None },
+    Golden { ty: GgmlType::Q8_0, seed: 8, act_fnv: [0xf5cbdb103325b5c1, 0xdb5aee4e845f9b41], vec_dot: [0xc39c407d, 0xc3ab3f08, 0xc3f9d60c, 0xc418c6b0, 0xc2e5f314, 0xc216341e, 0xbff26c40, 0xc1aaf900, 0xc3169a31, 0x4386a1ce, 0x4379cbd6, 0x4481b970, 0x440f5353, 0x43abcd98, 0x439d1ca0, 0x43984c7b], repack_gemv: None },
+    Golden { ty: GgmlType::Q4_K, seed: 12, act_fnv: [0x34e1ddf242b11660, 0x4ebd609679934b82], vec_dot: [0xc33c9822, 0xc3f4c348, 0xc0e831d8, 0xc3eafe96, 0xc49261db, 0x42866233, 0xc4ec0848, 0xc3c9366c, 0x441dccf2, 0x4495303f, 0x44332458, 0x43b76aa6, 0xc3a8ce81, 0x450ce8d3, 0x44c58d39, 0x43a076c6], repack_gemv: Some([0xc33c9822, 0xc3f4c346, 0xc0e83210, 0xc3eafe97, 0xc49261db, 0x42866234, 0xc4ec0848, 0xc3c93666, 0x441dccf2, 0x4495303e, 0x44332458, 0x43b76aa4, 0xc3a8ce82, 0x450ce8d2, 0x44c58d3a, 0x43a076c2]) },
+    Golden { ty: GgmlType::Q5_K, seed: 13, act_fnv: [0x34e1ddf242b11660, 0x4ebd609679934b82], vec_dot: [0xc24ad3ea, 0xc42c0f1c, 0x435059fc, 0xc4c39c39, 0x44c8b2a8, 0x451c8fce, 0xc5fcc5ce, 0xc50dce4b, 0x41a08db8, 0xc384b605, 0xc37da9ae, 0x4419bb89, 0x455e6afd, 0x44c7d5af, 0x46458016, 0x45c7af05], repack_gemv: None },
+    Golden { ty: GgmlType::Q6_K, seed: 14, act_fnv: [0x34e1ddf242b11660, 0x4ebd609679934b82], vec_dot: [0x45af6a96, 0xc4ca5ca0, 0x4613b2ae, 0xc5e0a91f, 0x44a86a48, 0xc4fdf060, 0x45ccc258, 0x4529431c, 0xc5c01f7a, 0x4583d091, 0x44f1660c, 0xc5312188, 0xc48be768, 0x44ed2810, 0xc4b1edb8, 0xc60a8fd7], repack_gemv: None },
+];
+
+const GOLDEN_K: usize = 512;
+
+/// Inputs reproducible bit for bit elsewhere: dyadic activations, LCG weight bytes with fixed
+/// positive f16 scales.
+fn golden_inputs(g: &Golden) -> (Vec<f32>, Vec<u8>) {
+    let k = GOLDEN_K;
+    let mut x = Vec::with_capacity(2 * k);
+    for i in 0..2 {
+        for e in 0..k {
+            let v = ((e * 7919 + i * 104_729) % 2003) as i32 - 1001;
+            x.push(v as f32 / 128.0 * 2f32.powi((e / 32) as i32 % 4 - 1));
+        }
+    }
+    let (ts, fields): (usize, &[usize]) = match g.ty {
+        GgmlType::Q4_0 => (18, &[0]),
+        GgmlType::Q5_0 => (22, &[0]),
+        GgmlType::Q8_0 => (34, &[0]),
+        GgmlType::Q4_K => (144, &[0, 2]),
+        GgmlType::Q5_K => (176, &[0, 2]),
+        _ => (210, &[208]),
+    };
+    let mut s = g.seed;
+    let mut w: Vec<u8> = (0..8 * k / g.ty.block_size() * ts)
+        .map(|_| {
+            s = s.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (s >> 16) as u8
+        })
+        .collect();
+    for (b, blk) in w.chunks_exact_mut(ts).enumerate() {
+        for (f, &off) in fields.iter().enumerate() {
+            let h = 0x2000 + ((b * 131 + f * 17) % 0x0C00) as u16;
+            blk[off..off + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    (x, w)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[test]
+fn bit_identical_to_libggml_cpu() {
+    let k = GOLDEN_K;
+    for g in &GOLDEN {
+        let (x, w) = golden_inputs(g);
+        let act = q8_activation_type(g.ty).unwrap();
+        for isa in Isa::available() {
+            let xq = quantize_activations_with(isa, &x, 2, k, act).unwrap();
+            for i in 0..2 {
+                assert_eq!(fnv1a(&xq.row_ggml_bytes(i).unwrap()), g.act_fnv[i], "{isa} {}: activations row {i}", g.ty);
+            }
+            if isa == Isa::Scalar {
+                continue; // the portable path sums in its own order
+            }
+            let bits = |y: &[f32]| y.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            // One activation row at a time: ggml_vec_dot order, for every type.
+            for i in 0..2 {
+                let mut y = vec![f32::NAN; 8];
+                matmul_qt_q8_ordered(isa, Q8Order::Fast, &x[i * k..(i + 1) * k], 1, k, &w, g.ty, 8, &mut y).unwrap();
+                assert_eq!(bits(&y), g.vec_dot[8 * i..8 * i + 8], "{isa} {} fast m=1 row {i} vs vec_dot", g.ty);
+            }
+            // Both rows in llama.cpp's order (vec_dot / tinyBLAS; repacked gemv for Q4_K).
+            let mut y = vec![f32::NAN; 16];
+            matmul_qt_q8_ordered(isa, Q8Order::Ggml, &x, 2, k, &w, g.ty, 8, &mut y).unwrap();
+            assert_eq!(bits(&y), g.repack_gemv.unwrap_or(g.vec_dot), "{isa} {} ggml order m=2", g.ty);
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::{Device, DeviceKind, Kernel, Layout};
 use rayon::prelude::*;
-use tg_ir::shape::contiguous_strides;
+use tg_ir::shape::{contiguous_strides, strided_offsets};
 use tg_ir::{BinaryOp, CmpOp, DType, ReduceOp, UnaryOp};
 
 /// The host CPU with a fixed number of worker threads.
@@ -89,29 +89,10 @@ impl Src<'_> {
 
 /// Offsets (in elements) of the start of every innermost row of `l` over its shape.
 fn row_starts(l: &Layout) -> Vec<usize> {
-    let r = l.shape.len();
-    if r == 0 {
-        return vec![l.offset];
+    match l.shape.len() {
+        0 => vec![l.offset],
+        r => strided_offsets(&l.shape[..r - 1], &l.strides[..r - 1], l.offset),
     }
-    let outer = &l.shape[..r - 1];
-    let n: usize = outer.iter().product();
-    let mut out = Vec::with_capacity(n);
-    let mut idx = vec![0usize; outer.len()];
-    for _ in 0..n {
-        let mut off = l.offset as isize;
-        for d in 0..outer.len() {
-            off += idx[d] as isize * l.strides[d];
-        }
-        out.push(off as usize);
-        for d in (0..outer.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < outer[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-    out
 }
 
 fn inner(l: &Layout) -> (usize, isize) {
@@ -227,25 +208,14 @@ fn binary_i(op: BinaryOp) -> fn(i32, i32) -> i32 {
     }
 }
 
-fn cmp_f(op: CmpOp) -> fn(f32, f32) -> bool {
+fn compare<T: PartialOrd>(op: CmpOp, a: T, b: T) -> bool {
     match op {
-        CmpOp::Eq => |a, b| a == b,
-        CmpOp::Ne => |a, b| a != b,
-        CmpOp::Lt => |a, b| a < b,
-        CmpOp::Le => |a, b| a <= b,
-        CmpOp::Gt => |a, b| a > b,
-        CmpOp::Ge => |a, b| a >= b,
-    }
-}
-
-fn cmp_i(op: CmpOp) -> fn(i32, i32) -> bool {
-    match op {
-        CmpOp::Eq => |a, b| a == b,
-        CmpOp::Ne => |a, b| a != b,
-        CmpOp::Lt => |a, b| a < b,
-        CmpOp::Le => |a, b| a <= b,
-        CmpOp::Gt => |a, b| a > b,
-        CmpOp::Ge => |a, b| a >= b,
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
     }
 }
 
@@ -456,12 +426,11 @@ impl Device for CpuDevice {
                 let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
                 let (sa, sb) = (row_starts(la), row_starts(lb));
                 let ((_, ia), (_, ib)) = (inner(la), inner(lb));
-                let (ff, fi) = (cmp_f(*op), cmp_i(*op));
-                let is_int = la.dtype != DType::F32;
+                                let is_int = la.dtype != DType::F32;
                 for_rows(&mut out_b[..n_out], row_len, |r, orow| {
                     for (j, v) in orow.iter_mut().enumerate() {
                         let (x, y) = ((sa[r] as isize + j as isize * ia) as usize, (sb[r] as isize + j as isize * ib) as usize);
-                        *v = if is_int { fi(a.get_i(x), b.get_i(y)) } else { ff(a.get(x), b.get(y)) } as u8;
+                        *v = if is_int { compare(*op, a.get_i(x), b.get_i(y)) } else { compare(*op, a.get(x), b.get(y)) } as u8;
                     }
                 });
             }

@@ -223,23 +223,7 @@ impl RunCtx<'_> {
 
 /// Reads a (possibly strided) tensor out of a buffer into a contiguous host tensor.
 fn read_tensor(bytes: &[u8], l: &Layout) -> Result<HostTensor, String> {
-    let n = l.numel();
-    let mut idx = vec![0usize; l.shape.len()];
-    let mut offs = Vec::with_capacity(n);
-    for _ in 0..n {
-        let mut o = l.offset as isize;
-        for d in 0..idx.len() {
-            o += idx[d] as isize * l.strides[d];
-        }
-        offs.push(o as usize);
-        for d in (0..idx.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < l.shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    let offs = tg_ir::shape::strided_offsets(&l.shape, &l.strides, l.offset);
     let get4 = |i: usize| -> Result<[u8; 4], String> {
         bytes.get(i * 4..i * 4 + 4).map(|s| [s[0], s[1], s[2], s[3]]).ok_or_else(|| "output outside its buffer".to_string())
     };

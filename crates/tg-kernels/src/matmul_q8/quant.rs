@@ -28,7 +28,9 @@ pub(super) fn quantize_row(isa: Isa, act: GgmlType, x: &[f32], q: &mut [i8], d: 
             *s = bs;
         }
     } else {
-        for (((x, q), d), s) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).zip(d.iter_mut()).zip(s.chunks_exact_mut(16)) {
+        for (((x, q), d), s) in
+            x.chunks_exact(256).zip(q.chunks_exact_mut(256)).zip(d.iter_mut()).zip(s.chunks_exact_mut(16))
+        {
             *d = q8_k_block(x, q, s);
         }
     }

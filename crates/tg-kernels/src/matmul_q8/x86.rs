@@ -13,11 +13,14 @@
 //! eight i32 lanes are converted to f32 and accumulated with `fma(d_w·d_x, ·, acc)`; K-quants
 //! first accumulate a whole super-block in i32 lanes.
 
+// Register tiles index several arrays with the same counters.
+#![allow(clippy::needless_range_loop)]
+
 mod panel;
 
 use std::arch::x86_64::*;
 
-use super::Task;
+use super::{Q8Order, Task};
 use crate::Isa;
 use tg_quant::GgmlType;
 
@@ -253,8 +256,10 @@ struct XRows<const R: usize> {
     s: [*const i16; R],
 }
 
-/// `R × P` dot products of whole rows for a 32-block format. A 1 × 1 tile alternates between
-/// two accumulators (otherwise the f32 accumulation chain would bound the loop).
+/// `R × P` dot products of whole rows for a 32-block format. Lane `l` of a block's integer
+/// result is `Σ_{e ∈ 4l..4l+4} (u_e − OFFSET)·x_e`, and the lanes go through
+/// `fma(d_w·d_x, ·, acc)`, exactly as in ggml's x86 `vec_dot` for these formats, so a tile
+/// reproduces ggml's result bit for bit.
 #[inline(always)]
 unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
     w: [*const u8; P],
@@ -262,8 +267,7 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
     nb: usize,
     pf: Option<*const u8>,
 ) -> [[f32; P]; R] {
-    let mut acc = [[[_mm256_setzero_ps(); 2]; P]; R];
-    let split = R * P == 1;
+    let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
         let mut wv = [_mm256_setzero_si256(); P];
         let mut dw = [0.0f32; P];
@@ -275,29 +279,23 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
             wv[p] = F::decode::<O>(blk);
             dw[p] = F::scale(blk);
         }
-        let a = if split { b % 2 } else { 0 };
         for r in 0..R {
             let xv = _mm256_loadu_si256(x.q[r].add(32 * b).cast());
             let dx = *x.d[r].add(b);
-            // The offset correction −OFFSET·Σx starts lane 0.
+            // −OFFSET·(sum of each 4 activations), so that the lanes hold (u − OFFSET)·x sums.
             let init = if F::OFFSET != 0 {
-                _mm256_zextsi128_si256(_mm_cvtsi32_si128(-F::OFFSET * i32::from(*x.s[r].add(b))))
+                let off = O::dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(F::OFFSET as i8), xv);
+                _mm256_sub_epi32(_mm256_setzero_si256(), off)
             } else {
                 _mm256_setzero_si256()
             };
             for p in 0..P {
                 let lanes = F::dot::<O>(init, wv[p], xv);
-                acc[r][p][a] = _mm256_fmadd_ps(_mm256_set1_ps(dw[p] * dx), _mm256_cvtepi32_ps(lanes), acc[r][p][a]);
+                acc[r][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw[p] * dx), _mm256_cvtepi32_ps(lanes), acc[r][p]);
             }
         }
     }
-    let mut sums = [[_mm256_setzero_ps(); P]; R];
-    for r in 0..R {
-        for p in 0..P {
-            sums[r][p] = if split { _mm256_add_ps(acc[r][p][0], acc[r][p][1]) } else { acc[r][p][0] };
-        }
-    }
-    hsum_all(&sums)
+    hsum_all(&acc)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -311,7 +309,7 @@ struct KHeader {
     /// Q4_K/Q5_K: the eight sub-block scales as i16 in both 128-bit lanes.
     /// Q6_K: the sixteen sub-block scales as i16.
     scales: __m256i,
-    /// Q4_K/Q5_K: each min twice (i16), to pair with the 16 activation `bsums`.
+    /// Q4_K/Q5_K: the eight mins as i16 (low 128 bits).
     mins: __m256i,
     /// Q5_K: the high-bit bytes.
     qh: __m256i,
@@ -351,9 +349,16 @@ trait KQuant {
     /// The 32 unsigned quants of chunk `c` (elements `32c..32c+32`) and their i16 scales
     /// (per 16-bit lane: each lane covers two elements).
     unsafe fn chunk<O: Ops>(blk: *const u8, h: &KHeader, c: usize) -> (__m256i, __m256i);
-    /// Adds the super-block's contribution to `acc`, given the integer sums `isum` (lanes),
-    /// the activation's 16 block sums `bsums` and scale `dx`.
-    unsafe fn finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) -> __m256;
+    /// Adds the super-block's contribution to `acc` (and, for the mins, to `accm`), given the
+    /// integer sums `isum` (lanes), the activation's 16 block sums `bsums` and scale `dx`.
+    /// Mirrors the float steps of ggml's x86 `vec_dot` for the format.
+    unsafe fn finish(acc: &mut __m256, accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32);
+    /// The dot product from the final accumulators.
+    #[inline(always)]
+    unsafe fn total(acc: __m256, accm: __m128) -> f32 {
+        let _ = accm;
+        hsum(acc)
+    }
 }
 
 /// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (6 bits each, packed in 12 bytes) as
@@ -388,12 +393,11 @@ unsafe fn k4_meta(blk: *const u8) -> KMeta {
 #[inline(always)]
 unsafe fn k4_header(blk: *const u8) -> KHeader {
     let sm = scales_mins_k4(blk.add(4));
-    let mins8 = _mm_unpackhi_epi64(sm, sm);
     KHeader {
         d: f16_at(blk),
         dmin: f16_at(blk.add(2)),
         scales: _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm)),
-        mins: _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins8, mins8)),
+        mins: _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm))),
         qh: _mm256_setzero_si256(),
     }
 }
@@ -405,11 +409,12 @@ unsafe fn k4_scale(h: &KHeader, c: usize) -> __m256i {
     _mm256_shuffle_epi8(h.scales, _mm256_set1_epi16(idx))
 }
 
+/// `Σ_s m_s·Σ_{32 elements of s} x` of a Q4_K/Q5_K super-block as ggml forms it: four i32
+/// lanes, lane `l` covering sub-blocks `2l` and `2l+1`.
 #[inline(always)]
-unsafe fn k4_finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) -> __m256 {
-    let msum = _mm256_madd_epi16(h.mins, bsums);
-    let acc = _mm256_fmadd_ps(_mm256_set1_ps(h.d * dx), _mm256_cvtepi32_ps(isum), acc);
-    _mm256_fmadd_ps(_mm256_set1_ps(-(h.dmin * dx)), _mm256_cvtepi32_ps(msum), acc)
+unsafe fn k4_min_products(bsums: __m256i, h: &KHeader) -> __m128i {
+    let s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256::<1>(bsums));
+    _mm_madd_epi16(_mm256_castsi256_si128(h.mins), s32)
 }
 
 struct Q4K;
@@ -427,12 +432,21 @@ impl KQuant for Q4K {
     #[inline(always)]
     unsafe fn chunk<O: Ops>(blk: *const u8, h: &KHeader, c: usize) -> (__m256i, __m256i) {
         let q = _mm256_loadu_si256(blk.add(16 + 32 * (c / 2)).cast());
-        let v = if c % 2 == 0 { nibbles_lo(q) } else { nibbles_hi(q) };
+        let v = if c.is_multiple_of(2) { nibbles_lo(q) } else { nibbles_hi(q) };
         (v, k4_scale(h, c))
     }
     #[inline(always)]
-    unsafe fn finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) -> __m256 {
-        k4_finish(acc, isum, bsums, h, dx)
+    unsafe fn finish(acc: &mut __m256, accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
+        // ggml: four float lanes for the mins, summed at the end.
+        let prod = k4_min_products(bsums, h);
+        *accm = _mm_fmadd_ps(_mm_set1_ps(-dx * h.dmin), _mm_cvtepi32_ps(prod), *accm);
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * h.d), _mm256_cvtepi32_ps(isum), *acc);
+    }
+    #[inline(always)]
+    unsafe fn total(acc: __m256, accm: __m128) -> f32 {
+        let m = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        hsum(acc) + _mm_cvtss_f32(m)
     }
 }
 
@@ -451,12 +465,20 @@ impl KQuant for Q5K {
     #[inline(always)]
     unsafe fn chunk<O: Ops>(blk: *const u8, h: &KHeader, c: usize) -> (__m256i, __m256i) {
         let q = _mm256_loadu_si256(blk.add(48 + 32 * (c / 2)).cast());
-        let v = if c % 2 == 0 { nibbles_lo(q) } else { nibbles_hi(q) };
+        let v = if c.is_multiple_of(2) { nibbles_lo(q) } else { nibbles_hi(q) };
         (O::add_plane16(v, h.qh, c as u32), k4_scale(h, c))
     }
     #[inline(always)]
-    unsafe fn finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) -> __m256 {
-        k4_finish(acc, isum, bsums, h, dx)
+    unsafe fn finish(acc: &mut __m256, accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
+        // ggml: one scalar sum for the mins (the integer total, scaled and fused-added).
+        let prod = k4_min_products(bsums, h);
+        let t = _mm_hadd_epi32(_mm_hadd_epi32(prod, prod), prod);
+        *accm = _mm_fmadd_ss(_mm_set_ss(-dx * h.dmin), _mm_cvtepi32_ps(t), *accm);
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * h.d), _mm256_cvtepi32_ps(isum), *acc);
+    }
+    #[inline(always)]
+    unsafe fn total(acc: __m256, accm: __m128) -> f32 {
+        hsum(acc) + _mm_cvtss_f32(accm)
     }
 }
 
@@ -498,14 +520,22 @@ impl KQuant for Q6K {
         };
         // Scales 2c (low 128-bit lane: elements 0..16) and 2c+1 (high lane).
         let pair = _mm256_permutevar8x32_epi32(h.scales, _mm256_set1_epi32(c as i32));
-        let sc = _mm256_shuffle_epi8(pair, _mm256_setr_epi64x(0x0100_0100_0100_0100, 0x0100_0100_0100_0100, 0x0302_0302_0302_0302, 0x0302_0302_0302_0302));
+        let sc = _mm256_shuffle_epi8(
+            pair,
+            _mm256_setr_epi64x(
+                0x0100_0100_0100_0100,
+                0x0100_0100_0100_0100,
+                0x0302_0302_0302_0302,
+                0x0302_0302_0302_0302,
+            ),
+        );
         (_mm256_or_si256(lo, hi), sc)
     }
     #[inline(always)]
-    unsafe fn finish(acc: __m256, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) -> __m256 {
+    unsafe fn finish(acc: &mut __m256, _accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
         // Σ_t sc_t·Σ(u − 32)·x = isum − 32·Σ_t sc_t·bsum_t.
         let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(h.scales, bsums));
-        _mm256_fmadd_ps(_mm256_set1_ps(h.d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)), acc)
+        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h.d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)), *acc);
     }
 }
 
@@ -518,6 +548,7 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
     pf: Option<*const u8>,
 ) -> [[f32; P]; R] {
     let mut acc = [[_mm256_setzero_ps(); P]; R];
+    let mut accm = [[_mm_setzero_ps(); P]; R];
     for b in 0..nb {
         let mut blk = [std::ptr::null::<u8>(); P];
         let mut hdr = [KHeader::ZERO; P];
@@ -546,11 +577,17 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
             let bsums = _mm256_loadu_si256(x.s[r].add(16 * b).cast());
             let dx = *x.d[r].add(b);
             for p in 0..P {
-                acc[r][p] = F::finish(acc[r][p], isum[r][p], bsums, &hdr[p], dx);
+                F::finish(&mut acc[r][p], &mut accm[r][p], isum[r][p], bsums, &hdr[p], dx);
             }
         }
     }
-    hsum_all(&acc)
+    let mut out = [[0.0f32; P]; R];
+    for r in 0..R {
+        for p in 0..P {
+            out[r][p] = F::total(acc[r][p], accm[r][p]);
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -560,7 +597,12 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
 /// results are dropped) against weight rows `cols` (pairs; an odd last row is paired with
 /// itself).
 #[inline(always)]
-unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize, rv: usize, cols: std::ops::Range<usize>) {
+unsafe fn tiles<O: Ops, const R: usize, const P: usize>(
+    t: &Task<'_>,
+    i0: usize,
+    rv: usize,
+    cols: std::ops::Range<usize>,
+) {
     let xq = t.xq;
     let k = xq.k;
     let (bs, sums) = if xq.ty == GgmlType::Q8_0 { (32, 1) } else { (256, 16) };
@@ -611,7 +653,18 @@ fn panel_min_m(ty: GgmlType) -> usize {
 #[inline(always)]
 unsafe fn run_generic<O: panel::PanelRows>(t: &Task<'_>) {
     let m = t.xq.m;
-    if m >= panel_min_m(t.ty) {
+    let panels = match t.order {
+        Q8Order::Fast => m >= panel_min_m(t.ty),
+        // llama.cpp: vec_dot / tinyBLAS (per-block steps as the one-row tiles) for the 32-blocks,
+        // repacked 8-row kernels for Q4_K (n a multiple of 8), vec_dot for the K-quants below
+        // 8 rows; above, llama.cpp's "tiled" GEMM is not mirrored and the fast choice is taken.
+        Q8Order::Ggml => match t.ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => false,
+            GgmlType::Q4_K if t.n.is_multiple_of(8) => true,
+            _ => m >= 8,
+        },
+    };
+    if panels {
         return panel::run::<O>(t);
     }
     let rmax = if t.xq.ty == GgmlType::Q8_K { O::R_K } else { 4 };
@@ -623,7 +676,13 @@ unsafe fn run_generic<O: panel::PanelRows>(t: &Task<'_>) {
         while i < m {
             let left = m - i;
             // Tiles of `rmax` rows; a remainder of 3 uses a padded 4-row tile.
-            let r = if left >= rmax { rmax } else if left == 3 { 4 } else { left };
+            let r = if left >= rmax {
+                rmax
+            } else if left == 3 {
+                4
+            } else {
+                left
+            };
             let rv = left.min(r);
             match r {
                 1 => tiles::<O, 1, 2>(t, i, rv, cols.clone()),

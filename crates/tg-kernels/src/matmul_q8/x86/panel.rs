@@ -8,6 +8,9 @@
 //! Packing (decode + 8×8 dword transpose) costs about as much as one activation row's worth of
 //! multiply-adds, so the path is used when there are enough activation rows to amortize it.
 
+// Register tiles index several arrays with the same counters.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::{prefetch, Avx2Ops, KQuant, Legacy, Ops, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
@@ -207,6 +210,9 @@ unsafe fn k_kernel<O: Ops, F: KQuant, const R: usize>(
 ) -> [__m256; R] {
     let sp = s_per_block(F::SUB16);
     let mut acc = [_mm256_setzero_ps(); R];
+    // Q4_K/Q5_K: the mins accumulate separately and are subtracted at the end (as in ggml's
+    // repacked Q4_K kernels).
+    let mut accm = [_mm256_setzero_ps(); R];
     for b in 0..nb {
         let s = pn.s.as_ptr().add(b * sp);
         let mut isum = [_mm256_setzero_si256(); R];
@@ -260,8 +266,13 @@ unsafe fn k_kernel<O: Ops, F: KQuant, const R: usize>(
                     msum = O::dpwssd(msum, *s.add(8 + c), bcast4(xs[r].add(8 * b + 2 * c)));
                 }
                 acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-                acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum), acc[r]);
+                accm[r] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(msum), accm[r]);
             }
+        }
+    }
+    if !F::SUB16 {
+        for r in 0..R {
+            acc[r] = _mm256_sub_ps(acc[r], accm[r]);
         }
     }
     acc
