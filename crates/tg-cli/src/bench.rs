@@ -37,7 +37,7 @@ pub struct BenchArgs {
     /// Repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
-    /// Quantized-matmul arithmetic (`exact` or `llama`).
+    /// Quantized-matmul arithmetic (`exact` or `q8`).
     #[arg(long, value_enum, default_value_t = crate::NumericsArg::Exact)]
     numerics: crate::NumericsArg,
     /// Output format.

@@ -56,8 +56,8 @@ enum Cmd {
         /// Do not add the BOS token before the prompt.
         #[arg(long)]
         no_bos: bool,
-        /// Quantized-matmul arithmetic: `exact` (f32 activations) or `llama` (8-bit
-        /// activations like llama.cpp's CPU backend).
+        /// Quantized-matmul arithmetic: `exact` (f32 activations) or `q8` (activations
+        /// rounded to 8-bit blocks, integer dot products: faster, less exact).
         #[arg(long, value_enum, default_value_t = NumericsArg::Exact)]
         numerics: NumericsArg,
     },
@@ -112,8 +112,8 @@ type Res<T> = Result<T, String>;
 pub enum NumericsArg {
     /// f32 activations times exactly dequantized weights.
     Exact,
-    /// Activations rounded to 8-bit blocks (Q8_0/Q8_K), as llama.cpp does.
-    Llama,
+    /// Activations rounded to 8-bit blocks (Q8_0/Q8_K) and integer dot products.
+    Q8,
 }
 
 impl NumericsArg {
@@ -121,7 +121,7 @@ impl NumericsArg {
     pub fn options(self) -> tg_compiler::CompileOptions {
         let numerics = match self {
             NumericsArg::Exact => tg_compiler::Numerics::Exact,
-            NumericsArg::Llama => tg_compiler::Numerics::LlamaCpp,
+            NumericsArg::Q8 => tg_compiler::Numerics::Q8Activations,
         };
         tg_compiler::CompileOptions { numerics, ..Default::default() }
     }

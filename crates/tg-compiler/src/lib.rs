@@ -62,7 +62,7 @@ pub struct CompileOptions {
     /// Byte alignment of arena buffers.
     pub alignment: usize,
     /// Arithmetic of quantized matmuls: [`Numerics::Exact`] (f32 activations, the default)
-    /// or [`Numerics::LlamaCpp`] (activations rounded to 8-bit blocks like llama.cpp).
+    /// or [`Numerics::Q8Activations`] (activations rounded to 8-bit blocks).
     pub numerics: Numerics,
 }
 
@@ -72,9 +72,10 @@ pub enum Numerics {
     /// f32 activations times exactly dequantized weights: agrees with the f64 reference.
     #[default]
     Exact,
-    /// Activation rows quantized to Q8_0 / Q8_K and integer block dot products, the
-    /// arithmetic of llama.cpp's CPU backend (faster; reproduces its near-tie choices).
-    LlamaCpp,
+    /// Activation rows quantized to Q8_0 / Q8_K (the block formats llama.cpp's CPU backend
+    /// uses) and integer block dot products: about 2x faster matmuls, NMSE ~1e-5 per matmul
+    /// against the exact product.
+    Q8Activations,
 }
 
 impl Default for CompileOptions {
@@ -204,7 +205,7 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
 
     let t = Timer::start();
     let views = opts.on("views");
-    let prog = lower::lower(graph, devices, views, opts.numerics == Numerics::LlamaCpp)?;
+    let prog = lower::lower(graph, devices, views, opts.numerics == Numerics::Q8Activations)?;
     report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
     report.stages.push(if views {
         StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted", prog.n_views, prog.n_copies) }

@@ -123,6 +123,9 @@ pub struct QuantizedActivations {
     d: Vec<f32>,
     /// `m × k / 32` sums (Q8_0) or `m × k / 16` sums (Q8_K) of the quants.
     sums: Vec<i16>,
+    /// Q8_0 only: the sums of each 4 quants, negated (`m × k / 4`), for the offset corrections
+    /// of Q4_0/Q5_0 in the lane layout of ggml's kernels.
+    gsums: Vec<i16>,
 }
 
 impl QuantizedActivations {
@@ -201,11 +204,13 @@ pub fn quantize_activations_with(
         qs: vec![0; total],
         d: vec![0.0; m * (k / bs)],
         sums: vec![0; m * sums_per_row],
+        gsums: vec![0; if act == GgmlType::Q8_0 { total / 4 } else { 0 }],
     };
     if total == 0 {
         return Ok(qa);
     }
     let (qp, dp, sp) = (SyncPtr(qa.qs.as_mut_ptr()), SyncPtr(qa.d.as_mut_ptr()), SyncPtr(qa.sums.as_mut_ptr()));
+    let (gp, g_per_row) = (SyncPtr(qa.gsums.as_mut_ptr()), qa.gsums.len() / m.max(1));
     let nb = k / bs;
     // ≥ 32 Ki elements per task.
     for_ranges(m, (32_768 / k).max(1), 1, |rows| {
@@ -217,7 +222,8 @@ pub fn quantize_activations_with(
                 let q = std::slice::from_raw_parts_mut(qp.get().add(i * k), k);
                 let d = std::slice::from_raw_parts_mut(dp.get().add(i * nb), nb);
                 let s = std::slice::from_raw_parts_mut(sp.get().add(i * sums_per_row), sums_per_row);
-                quant::quantize_row(isa, act, xr, q, d, s);
+                let g = std::slice::from_raw_parts_mut(gp.get().add(i * g_per_row), g_per_row);
+                quant::quantize_row(isa, act, xr, q, d, s, g);
             }
         }
     });
@@ -397,9 +403,9 @@ fn run(
     y: &mut [f32],
 ) {
     let (wp, yp) = (SyncPtr(w.as_ptr() as *mut u8), SyncPtr(y.as_mut_ptr()));
-    // Per task at least ~64 KiB of weights or ~4 M multiply-adds, whichever comes first.
+    // Per task at least ~32 KiB of weights or ~1 M multiply-adds, whichever comes first.
     let macs_per_row = xq.m * xq.k;
-    let min_rows = (65_536 / row_bytes).min((1 << 22) / macs_per_row.max(1)).max(1);
+    let min_rows = (32_768 / row_bytes).min((1 << 20) / macs_per_row.max(1)).max(1);
     for_ranges(n, min_rows, 8, |rows| {
         let t = Task { ty, order, xq, w: wp.get(), row_bytes, n, y: yp.get(), rows };
         match isa {

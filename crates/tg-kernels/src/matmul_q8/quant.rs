@@ -5,15 +5,24 @@ use tg_quant::{f16_to_f32, f32_to_f16, GgmlType};
 
 use crate::Isa;
 
-/// Quantizes one row: `x` (`k` elements) into `q` (`k` quants), `d` (one scale per block) and
-/// `s` (sums of each 32 quants for Q8_0, of each 16 for Q8_K).
-pub(super) fn quantize_row(isa: Isa, act: GgmlType, x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [i16]) {
+/// Quantizes one row: `x` (`k` elements) into `q` (`k` quants), `d` (one scale per block),
+/// `s` (sums of each 32 quants for Q8_0, of each 16 for Q8_K) and, for Q8_0, `g` (negated sums
+/// of each 4 quants).
+pub(super) fn quantize_row(
+    isa: Isa,
+    act: GgmlType,
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [i16],
+    g: &mut [i16],
+) {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa` was checked to be available and every x86 SIMD ISA includes AVX2.
         unsafe {
             if act == GgmlType::Q8_0 {
-                avx2::q8_0_row(x, q, d, s)
+                avx2::q8_0_row(x, q, d, s, g)
             } else {
                 avx2::q8_k_row(x, q, d, s)
             }
@@ -26,6 +35,9 @@ pub(super) fn quantize_row(isa: Isa, act: GgmlType, x: &[f32], q: &mut [i8], d: 
             let (bd, bs) = q8_0_block(x, q);
             *d = bd;
             *s = bs;
+        }
+        for (g, q) in g.iter_mut().zip(q.chunks_exact(4)) {
+            *g = -q.iter().map(|&v| i16::from(v)).sum::<i16>();
         }
     } else {
         for (((x, q), d), s) in
@@ -143,10 +155,16 @@ mod avx2 {
         _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
     }
 
+    /// The eight sums of each 4 of 32 quants (i32 lanes).
+    #[inline(always)]
+    unsafe fn sums4(q: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1))
+    }
+
     /// Per-16 sums of 32 quants: `[Σ q[0..16], Σ q[16..32]]`.
     #[inline(always)]
     unsafe fn sums16(q: __m256i) -> (i16, i16) {
-        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+        let p = sums4(q);
         let lo = _mm256_castsi256_si128(p);
         let hi = _mm256_extracti128_si256::<1>(p);
         let h = |v: __m128i| {
@@ -159,7 +177,7 @@ mod avx2 {
 
     /// AVX2 twin of the portable Q8_0 row quantizer.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn q8_0_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [i16]) {
+    pub(super) unsafe fn q8_0_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [i16], g: &mut [i16]) {
         for b in 0..d.len() {
             let xb = x.as_ptr().add(32 * b);
             let qb = q.as_mut_ptr().add(32 * b);
@@ -171,6 +189,10 @@ mod avx2 {
             let (s0, s1) = sums16(v);
             d[b] = bd;
             s[b] = s0 + s1;
+            // Negated sums of each 4, as i16.
+            let n4 = _mm256_sub_epi32(_mm256_setzero_si256(), sums4(v));
+            let n4 = _mm_packs_epi32(_mm256_castsi256_si128(n4), _mm256_extracti128_si256::<1>(n4));
+            _mm_storeu_si128(g.as_mut_ptr().add(8 * b).cast(), n4);
         }
     }
 

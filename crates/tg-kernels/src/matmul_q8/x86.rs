@@ -2,16 +2,19 @@
 //! `vpmaddwd`, or AVX-512 VNNI `vpdpbusd` / `vpdpwssd` with AVX-512BW mask tricks).
 //!
 //! Weight quants are decoded to unsigned bytes (`q + offset` ≥ 0, at most 63) so that one
-//! `u8 × i8` multiply-add instruction covers them; the offsets are corrected exactly with the
-//! activation block sums (Q4_0/Q5_0: per block; Q6_K: per 16-sub-block, through the Q8_K
-//! `bsums`). Q8_0 weights use the sign trick instead (`|w| × sign(x, w)`), as ggml does.
-//! Sub-block scales of the K-quants are applied in 16-bit lanes after `vpmaddubsw`
-//! (`|pair sum| ≤ 2·63·128`, no saturation), again as in ggml.
+//! `u8 × i8` multiply-add instruction covers them; offsets are corrected exactly with sums of
+//! the activation quants (Q4_0/Q5_0: per group of 4 in the one-row tiles, so that every i32
+//! lane equals ggml's; per block in the panels; Q6_K: per 16-sub-block via the Q8_K `bsums`).
+//! Q8_0 weights use the sign trick instead (`|w| × sign(x, w)`), as ggml does. Sub-block scales
+//! of the K-quants are applied in 16-bit lanes after `vpmaddubsw` (`|pair sum| ≤ 2·63·128`, no
+//! saturation), again as in ggml.
 //!
-//! A tile computes `R` activation rows × `P` weight rows over the whole row: every decoded
-//! weight vector is reused `R` times and every activation vector `P` times. Per 32-block the
-//! eight i32 lanes are converted to f32 and accumulated with `fma(d_w·d_x, ·, acc)`; K-quants
-//! first accumulate a whole super-block in i32 lanes.
+//! This file holds the one-row tiles (few activation rows): a tile computes `R` activation rows
+//! × `P` weight rows over the whole row; every decoded weight vector is reused `R` times and
+//! every activation vector `P` times. Per 32-block the eight i32 lanes are converted to f32 and
+//! accumulated with `fma(d_w·d_x, ·, acc)`; K-quants first accumulate a super-block in i32
+//! lanes. Each output takes exactly the float steps of ggml's x86 `vec_dot` for its type, so
+//! results are bit-identical to it. [`panel`] holds the many-row kernels.
 
 // Register tiles index several arrays with the same counters.
 #![allow(clippy::needless_range_loop)]
@@ -146,10 +149,18 @@ unsafe fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
+/// The f16 at `p`, converted exactly, in every lane. (Scales are kept as vectors: reduced to a
+/// scalar, LLVM converts them with an insert into an arbitrary register, and when that is an
+/// accumulator the false dependency chains the loop iterations.)
 #[inline(always)]
-unsafe fn f16_at(p: *const u8) -> f32 {
-    let h = p.cast::<u16>().read_unaligned();
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+unsafe fn f16_splat(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(p.cast::<i16>().read_unaligned()))
+}
+
+/// The f16 bits at `p`.
+#[inline(always)]
+unsafe fn f16_bits(p: *const u8) -> u16 {
+    p.cast::<u16>().read_unaligned()
 }
 
 #[inline(always)]
@@ -196,12 +207,13 @@ unsafe fn nibbles32(p: *const u8) -> __m256i {
 trait Legacy {
     /// Bytes per block.
     const BYTES: usize;
-    /// `w = d · (u − OFFSET)` for the decoded bytes `u` (0 for Q8_0, which is signed).
+    /// `w = d · (u − OFFSET)` for the decoded bytes `u` (0 for Q8_0, which is signed; else a
+    /// power of two).
     const OFFSET: i32;
-    /// The block's f16 scale.
+    /// The block's f16 scale bits.
     #[inline(always)]
-    unsafe fn scale(blk: *const u8) -> f32 {
-        f16_at(blk)
+    unsafe fn scale_bits(blk: *const u8) -> u16 {
+        f16_bits(blk)
     }
     /// The 32 quants (unsigned `u`, or signed for Q8_0).
     unsafe fn decode<O: Ops>(blk: *const u8) -> __m256i;
@@ -254,6 +266,8 @@ struct XRows<const R: usize> {
     q: [*const i8; R],
     d: [*const f32; R],
     s: [*const i16; R],
+    /// Q8_0: negated sums of each 4 quants.
+    g: [*const i16; R],
 }
 
 /// `R × P` dot products of whole rows for a 32-block format. Lane `l` of a block's integer
@@ -270,28 +284,28 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
         let mut wv = [_mm256_setzero_si256(); P];
-        let mut dw = [0.0f32; P];
+        let mut dw = [_mm256_setzero_ps(); P];
         for p in 0..P {
             let blk = w[p].add(b * F::BYTES);
             if let (Some(pf), 0) = (pf, p) {
                 prefetch(pf.wrapping_add(b * P * F::BYTES), P * F::BYTES);
             }
             wv[p] = F::decode::<O>(blk);
-            dw[p] = F::scale(blk);
+            dw[p] = f16_splat(blk);
         }
         for r in 0..R {
             let xv = _mm256_loadu_si256(x.q[r].add(32 * b).cast());
-            let dx = *x.d[r].add(b);
+            let dx = _mm256_set1_ps(*x.d[r].add(b));
             // −OFFSET·(sum of each 4 activations), so that the lanes hold (u − OFFSET)·x sums.
             let init = if F::OFFSET != 0 {
-                let off = O::dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(F::OFFSET as i8), xv);
-                _mm256_sub_epi32(_mm256_setzero_si256(), off)
+                let g = _mm256_cvtepi16_epi32(_mm_loadu_si128(x.g[r].add(8 * b).cast()));
+                _mm256_sllv_epi32(g, _mm256_set1_epi32(F::OFFSET.trailing_zeros() as i32))
             } else {
                 _mm256_setzero_si256()
             };
             for p in 0..P {
                 let lanes = F::dot::<O>(init, wv[p], xv);
-                acc[r][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw[p] * dx), _mm256_cvtepi32_ps(lanes), acc[r][p]);
+                acc[r][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw[p], dx), _mm256_cvtepi32_ps(lanes), acc[r][p]);
             }
         }
     }
@@ -304,8 +318,9 @@ unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
 /// Per-super-block data of a K-quant weight row, decoded once and shared by all activation rows.
 #[derive(Clone, Copy)]
 struct KHeader {
-    d: f32,
-    dmin: f32,
+    /// Super-block scale (and Q4_K/Q5_K min scale) in every lane.
+    d: __m256,
+    dmin: __m256,
     /// Q4_K/Q5_K: the eight sub-block scales as i16 in both 128-bit lanes.
     /// Q6_K: the sixteen sub-block scales as i16.
     scales: __m256i,
@@ -317,8 +332,9 @@ struct KHeader {
 
 impl KHeader {
     const ZERO: KHeader = KHeader {
-        d: 0.0,
-        dmin: 0.0,
+        // SAFETY: all-zero bits are valid vectors.
+        d: unsafe { std::mem::transmute::<[u8; 32], __m256>([0; 32]) },
+        dmin: unsafe { std::mem::transmute::<[u8; 32], __m256>([0; 32]) },
         // SAFETY: all-zero bits are a valid __m256i.
         scales: unsafe { std::mem::transmute::<[u8; 32], __m256i>([0; 32]) },
         mins: unsafe { std::mem::transmute::<[u8; 32], __m256i>([0; 32]) },
@@ -329,8 +345,9 @@ impl KHeader {
 /// The scalar header of a K-quant super-block (for packing panels).
 #[derive(Clone, Copy, Default)]
 struct KMeta {
-    d: f32,
-    dmin: f32,
+    /// f16 bits of the super-block scale and min scale.
+    d: u16,
+    dmin: u16,
     /// Sub-block scales (8 for Q4_K/Q5_K, 16 for Q6_K).
     sc: [i16; 16],
     /// Q4_K/Q5_K: sub-block mins.
@@ -382,7 +399,7 @@ unsafe fn scales_mins_k4(p: *const u8) -> __m128i {
 unsafe fn k4_meta(blk: *const u8) -> KMeta {
     let mut b = [0u8; 16];
     _mm_storeu_si128(b.as_mut_ptr().cast(), scales_mins_k4(blk.add(4)));
-    let mut m = KMeta { d: f16_at(blk), dmin: f16_at(blk.add(2)), ..KMeta::default() };
+    let mut m = KMeta { d: f16_bits(blk), dmin: f16_bits(blk.add(2)), ..KMeta::default() };
     for s in 0..8 {
         m.sc[s] = i16::from(b[s]);
         m.mins[s] = i16::from(b[8 + s]);
@@ -394,8 +411,8 @@ unsafe fn k4_meta(blk: *const u8) -> KMeta {
 unsafe fn k4_header(blk: *const u8) -> KHeader {
     let sm = scales_mins_k4(blk.add(4));
     KHeader {
-        d: f16_at(blk),
-        dmin: f16_at(blk.add(2)),
+        d: f16_splat(blk),
+        dmin: f16_splat(blk.add(2)),
         scales: _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm)),
         mins: _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm))),
         qh: _mm256_setzero_si256(),
@@ -439,8 +456,9 @@ impl KQuant for Q4K {
     unsafe fn finish(acc: &mut __m256, accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
         // ggml: four float lanes for the mins, summed at the end.
         let prod = k4_min_products(bsums, h);
-        *accm = _mm_fmadd_ps(_mm_set1_ps(-dx * h.dmin), _mm_cvtepi32_ps(prod), *accm);
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * h.d), _mm256_cvtepi32_ps(isum), *acc);
+        let dmin = _mm_mul_ps(_mm_set1_ps(-dx), _mm256_castps256_ps128(h.dmin));
+        *accm = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), *accm);
+        *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dx), h.d), _mm256_cvtepi32_ps(isum), *acc);
     }
     #[inline(always)]
     unsafe fn total(acc: __m256, accm: __m128) -> f32 {
@@ -473,8 +491,9 @@ impl KQuant for Q5K {
         // ggml: one scalar sum for the mins (the integer total, scaled and fused-added).
         let prod = k4_min_products(bsums, h);
         let t = _mm_hadd_epi32(_mm_hadd_epi32(prod, prod), prod);
-        *accm = _mm_fmadd_ss(_mm_set_ss(-dx * h.dmin), _mm_cvtepi32_ps(t), *accm);
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dx * h.d), _mm256_cvtepi32_ps(isum), *acc);
+        let dmin = _mm_mul_ps(_mm_set1_ps(-dx), _mm256_castps256_ps128(h.dmin));
+        *accm = _mm_fmadd_ss(dmin, _mm_cvtepi32_ps(t), *accm);
+        *acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dx), h.d), _mm256_cvtepi32_ps(isum), *acc);
     }
     #[inline(always)]
     unsafe fn total(acc: __m256, accm: __m128) -> f32 {
@@ -488,7 +507,7 @@ impl KQuant for Q6K {
     const SUB16: bool = true;
     #[inline(always)]
     unsafe fn meta(blk: *const u8) -> KMeta {
-        let mut m = KMeta { d: f16_at(blk.add(208)), ..KMeta::default() };
+        let mut m = KMeta { d: f16_bits(blk.add(208)), ..KMeta::default() };
         for t in 0..16 {
             m.sc[t] = i16::from(*blk.add(192 + t) as i8);
         }
@@ -497,8 +516,8 @@ impl KQuant for Q6K {
     #[inline(always)]
     unsafe fn header(blk: *const u8) -> KHeader {
         KHeader {
-            d: f16_at(blk.add(208)),
-            dmin: 0.0,
+            d: f16_splat(blk.add(208)),
+            dmin: _mm256_setzero_ps(),
             scales: _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192).cast())),
             mins: _mm256_setzero_si256(),
             qh: _mm256_setzero_si256(),
@@ -535,7 +554,11 @@ impl KQuant for Q6K {
     unsafe fn finish(acc: &mut __m256, _accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
         // Σ_t sc_t·Σ(u − 32)·x = isum − 32·Σ_t sc_t·bsum_t.
         let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(h.scales, bsums));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h.d * dx), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)), *acc);
+        *acc = _mm256_fmadd_ps(
+            _mm256_mul_ps(h.d, _mm256_set1_ps(dx)),
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)),
+            *acc,
+        );
     }
 }
 
@@ -612,6 +635,7 @@ unsafe fn tiles<O: Ops, const R: usize, const P: usize>(
         q: rows.map(|i| xq.qs.as_ptr().add(i * k)),
         d: rows.map(|i| xq.d.as_ptr().add(i * nb)),
         s: rows.map(|i| xq.sums.as_ptr().add(i * nb * sums)),
+        g: rows.map(|i| xq.gsums.as_ptr().wrapping_add(i * k / 4)),
     };
     let mut j = cols.start;
     while j < cols.end {

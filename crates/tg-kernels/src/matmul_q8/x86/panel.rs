@@ -93,14 +93,14 @@ unsafe fn pack_legacy<O: Ops, F: Legacy>(rows: &[*const u8; W], next: *const u8,
     for b in 0..nb {
         prefetch_next(next, W * nb * F::BYTES, b, nb);
         let mut v = [_mm256_setzero_si256(); W];
-        let mut d = [0.0f32; W];
+        let mut d = [0u16; W];
         for i in 0..W {
             let blk = rows[i].add(b * F::BYTES);
             v[i] = F::decode::<O>(blk);
-            d[i] = F::scale(blk);
+            d[i] = F::scale_bits(blk);
         }
         transpose_store(&v, pn.q.as_mut_ptr().add(b * W));
-        pn.f[b] = _mm256_loadu_ps(d.as_ptr());
+        pn.f[b] = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
     }
 }
 
@@ -191,10 +191,14 @@ unsafe fn pack_k<O: Ops, F: KQuant>(rows: &[*const u8; W], next: *const u8, nb: 
         for (v, l) in lanes.iter().enumerate().take(sp) {
             *s.add(v) = _mm256_loadu_si256(l.as_ptr().cast());
         }
-        let d: [f32; W] = std::array::from_fn(|i| meta[i].d);
-        let dmin: [f32; W] = std::array::from_fn(|i| meta[i].dmin);
-        pn.f[2 * b] = _mm256_loadu_ps(d.as_ptr());
-        pn.f[2 * b + 1] = _mm256_loadu_ps(dmin.as_ptr());
+        let mut d = [0u16; W];
+        let mut dmin = [0u16; W];
+        for (i, mt) in meta.iter().enumerate() {
+            d[i] = mt.d;
+            dmin[i] = mt.dmin;
+        }
+        pn.f[2 * b] = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
+        pn.f[2 * b + 1] = _mm256_cvtph_ps(_mm_loadu_si128(dmin.as_ptr().cast()));
     }
 }
 
