@@ -128,3 +128,26 @@ fn kernels_match_the_reference_interpreter() {
         assert_eq!(top_k(&got[p * v..(p + 1) * v], 1), top_k(&w, 1), "position {p}");
     }
 }
+
+/// With 8-bit activations (`Numerics::Q8Activations`) the final logits stay close to the
+/// exact run and to llama.cpp: top-1 equal, top-10 overlap ≥ 8.
+#[test]
+fn q8_activation_numerics_stay_close() {
+    let Some(path) = model_path() else { return };
+    let mut exact = Gemma3::load(&path, 2).unwrap();
+    let mut q8 = Gemma3::load(&path, 2).unwrap();
+    q8.set_compile_options(tg_compiler::CompileOptions { numerics: tg_compiler::Numerics::Q8Activations, ..Default::default() });
+    for c in fixtures() {
+        let want = read_f32(&repo_root().join(format!("tests/fixtures/llama_cpp/{}.logits.f32", c.slug)));
+        let e = exact.forward(&c.prompt_tokens, Logits::Last).unwrap();
+        let q = q8.forward(&c.prompt_tokens, Logits::Last).unwrap();
+        let ed: Vec<f64> = e.iter().map(|&x| x as f64).collect();
+        let wd: Vec<f64> = want.iter().map(|&x| x as f64).collect();
+        let (tq, tw) = (top_k(&q, 10), top_k(&want, 10));
+        let overlap = tq.iter().filter(|x| tw.contains(x)).count();
+        eprintln!("{:?}: q8 vs exact NMSE {:.3e}, q8 vs llama.cpp NMSE {:.3e}, top-10 overlap with llama.cpp {overlap}", c.prompt, nmse(&q, &ed), nmse(&q, &wd));
+        assert_eq!(tq[0], tw[0], "top-1 of {:?}", c.prompt);
+        assert!(overlap >= 8, "top-10 overlap {overlap} for {:?}", c.prompt);
+        assert!(nmse(&q, &ed) < 1e-2, "q8 drifted from the exact run");
+    }
+}
