@@ -31,7 +31,7 @@ use crate::{check_len, mul, Isa, KernelError};
 pub(crate) mod avx512;
 
 /// Largest `m` handled by the streaming matvec kernel; above it the tiled GEMM is used.
-pub const MATVEC_MAX_M: usize = 4;
+pub const MATVEC_MAX_M: usize = 8;
 
 /// Longest stretch of `k` decoded into one GEMM tile.
 const KC_MAX: usize = 1024;
