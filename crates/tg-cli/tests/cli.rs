@@ -130,3 +130,25 @@ fn bad_options_are_errors() {
     expect_error(&["plan", "-m", ms, "--no-stage", "lower"], "cannot be switched off");
     expect_error(&["bench", "-m", ms, "-r", "0"], "repetitions");
 }
+
+#[test]
+fn bench_json_uses_llama_bench_field_names() {
+    let Some(m) = model() else { return };
+    let (code, out, err) = tg(&["bench", "-m", m.to_str().unwrap(), "-p", "3", "-n", "2", "-t", "1", "-r", "2", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("a JSON list");
+    assert_eq!(rows.len(), 2, "one pp row and one tg row");
+    for r in &rows {
+        for f in ["n_prompt", "n_gen", "n_depth", "n_threads", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ts", "samples_ns", "model_type", "model_size", "model_n_params"] {
+            assert!(r.get(f).is_some(), "missing field {f}: {r}");
+        }
+        assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!((rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()), (Some(3), Some(0)));
+    assert_eq!((rows[1]["n_prompt"].as_u64(), rows[1]["n_gen"].as_u64()), (Some(0), Some(2)));
+    let (code, out, _) = tg(&["bench", "-m", m.to_str().unwrap(), "-p", "3", "-n", "0", "-t", "1", "-r", "1"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().starts_with("| model "), "{out}");
+    assert!(out.contains("|             pp3 |"), "{out}");
+}
