@@ -489,3 +489,121 @@ fn bit_identical_to_libggml_cpu() {
         }
     }
 }
+
+/// The model file (`TG_MODEL` or the default path), if present.
+fn model_path() -> Option<std::path::PathBuf> {
+    let p = std::env::var_os("TG_MODEL").map(std::path::PathBuf::from).or_else(|| {
+        std::env::var_os("HOME")
+            .map(|h| std::path::Path::new(&h).join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf"))
+    })?;
+    p.exists().then_some(p)
+}
+
+/// Residual-stream-like activations: N(0, 1) everywhere, and a few fixed channels (the same in
+/// every row) scaled by ~1e3 — as in Gemma's residual stream, where a handful of channels reach
+/// 1e3…1e4 while most |x| < 10. Per-block scales therefore differ by orders of magnitude.
+fn heavy_tailed(rng: &mut ChaCha8Rng, m: usize, k: usize) -> Vec<f32> {
+    let hot: Vec<usize> = (0..(k / 160).max(2)).map(|_| rng.gen_range(0..k)).collect();
+    let mut x = Vec::with_capacity(m * k);
+    for i in 0..m {
+        // Rows of different overall magnitude as well (1e-2, 1, 1e2).
+        let row_scale = [1.0, 1e-2, 1e2][i % 3];
+        for e in 0..k {
+            // Box–Muller.
+            let (u1, u2): (f64, f64) = (rng.gen_range(f64::MIN_POSITIVE..1.0), rng.gen());
+            let g = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            let v = if hot.contains(&e) { g * 1000.0 + 3000.0 * g.signum() } else { g };
+            x.push((v * row_scale) as f32);
+        }
+    }
+    x
+}
+
+#[test]
+fn heavy_tailed_activations_all_kernels_m_1_to_8() {
+    // Real Gemma 3 weights when the model is present (their scale statistics differ from random
+    // blocks), random blocks for the other types and as a fallback.
+    let file = model_path().map(|p| tg_gguf::GgufFile::open(p).unwrap());
+    let mut cases: Vec<(String, GgmlType, usize, Vec<u8>)> = Vec::new();
+    if let Some(f) = &file {
+        // The first matrix of each (type, row length) in the file — for Gemma 3 270M: the Q8_0
+        // embedding (= lm head), Q5_0 attn_k, Q4_K attn_output, Q6_K and Q4_K ffn_down — first
+        // 264 rows each. `heavy_tailed_activations_every_model_matrix` covers every matrix.
+        let mut seen = Vec::new();
+        for t in f.tensors() {
+            if q8_activation_type(t.ty).is_none() || t.dims.len() != 2 || seen.contains(&(t.ty, t.row_len())) {
+                continue;
+            }
+            seen.push((t.ty, t.row_len()));
+            let (k, n) = (t.row_len(), t.n_rows().min(264));
+            let bytes = &f.tensor_bytes(t)[..n * t.row_bytes()];
+            cases.push((t.name.clone(), t.ty, k, bytes.to_vec()));
+        }
+    } else {
+        eprintln!("model not found (set TG_MODEL): random weights only");
+    }
+    for (t, &ty) in TYPES.iter().enumerate() {
+        let k = if ty.block_size() == 32 { 640 } else { 2048 };
+        cases.push((format!("random {ty}"), ty, k, random_blocks(ty, 264 * k, 0x51_3000 + t as u64)));
+    }
+    let isas = isas();
+    for (c, (name, ty, k, w)) in cases.iter().enumerate() {
+        let (ty, k) = (*ty, *k);
+        let n = w.len() / ty.row_bytes(k).unwrap();
+        let mut rng = rng(&format!("heavy {name} ({ty}, k={k}, n={n})"), 0x51_4000 + c as u64);
+        let x = heavy_tailed(&mut rng, 8, k);
+        let r = reference(ty, &x, 8, k, w, n);
+        for &isa in &isas {
+            for order in [Q8Order::Fast, Q8Order::Ggml] {
+                // Worst error in units of the bound and NMSE against the reference, over m.
+                let (mut worst, mut worst_nmse) = (0.0f64, 0.0f64);
+                for m in 1..=8 {
+                    let mut y = vec![f32::NAN; m * n];
+                    matmul_qt_q8_ordered(isa, order, &x[..m * k], m, k, w, ty, n, &mut y).unwrap();
+                    worst = worst.max(check(&format!("{name} {isa} {order:?} m={m}"), &y, &r, m, n, k));
+                    let (num, den) = y
+                        .iter()
+                        .zip(&r.y)
+                        .fold((0.0, 0.0), |(a, b), (&v, &rv)| (a + (f64::from(v) - rv).powi(2), b + rv * rv));
+                    worst_nmse = worst_nmse.max(num / den);
+                }
+                eprintln!(
+                    "{name:<26} {ty:<4} {isa:>6} {order:?} m=1..8: worst {worst:.3} × bound, NMSE ≤ {worst_nmse:.1e}"
+                );
+                assert!(worst_nmse < 1e-12, "{name} {isa} {order:?}: NMSE {worst_nmse:e}");
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "slow: every quantized matrix of the model, full size (set TG_MODEL)"]
+fn heavy_tailed_activations_every_model_matrix() {
+    let Some(path) = model_path() else {
+        panic!("model not found: set TG_MODEL");
+    };
+    let f = tg_gguf::GgufFile::open(path).unwrap();
+    let isas = isas();
+    for (c, t) in f.tensors().iter().enumerate() {
+        if q8_activation_type(t.ty).is_none() || t.dims.len() != 2 {
+            continue;
+        }
+        let (ty, k, n) = (t.ty, t.row_len(), t.n_rows());
+        let w = f.tensor_bytes(t);
+        let mut rng = rng(&format!("every {} ({ty}, k={k}, n={n})", t.name), 0x51_5000 + c as u64);
+        let ms: &[usize] = if n > 100_000 { &[1] } else { &[1, 5] };
+        let m_max = *ms.last().unwrap();
+        let x = heavy_tailed(&mut rng, m_max, k);
+        let r = reference(ty, &x, m_max, k, w, n);
+        for &isa in &isas {
+            for order in [Q8Order::Fast, Q8Order::Ggml] {
+                for &m in ms {
+                    let mut y = vec![f32::NAN; m * n];
+                    matmul_qt_q8_ordered(isa, order, &x[..m * k], m, k, w, ty, n, &mut y).unwrap();
+                    let worst = check(&format!("{} {isa} {order:?} m={m}", t.name), &y, &r, m, n, k);
+                    eprintln!("{:<26} {ty:<4} {isa:>6} {order:?} m={m}: worst {worst:.3} × bound", t.name);
+                }
+            }
+        }
+    }
+}
