@@ -156,3 +156,25 @@ fn q8_activation_numerics_stay_close() {
         assert!(nmse(&q, &ed) < 1e-2, "q8 drifted from the exact run");
     }
 }
+
+/// Prompts longer than the 512-token sliding window (645–1430 tokens): the local layers
+/// drop old tokens, and the top-1 next token and top-5 set still agree with llama.cpp
+/// (fixture: tests/fixtures/llama_cpp/long_prompts.json, gen_long_prompts.py).
+#[test]
+fn long_prompts_past_the_sliding_window_match_llama_cpp() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
+    for p in fx["prompts"].as_array().unwrap() {
+        let ids = m.tokenizer.encode(p["prompt"].as_str().unwrap(), true, true);
+        assert_eq!(ids.len() as u64, p["prompt_tokens"].as_u64().unwrap());
+        assert!(ids.len() > m.config.sliding_window);
+        let got = m.forward(&ids, Logits::Last).unwrap();
+        let want: Vec<usize> = p["top5"].as_array().unwrap().iter().map(|x| x[0].as_u64().unwrap() as usize).collect();
+        let ours = top_k(&got, 5);
+        let overlap = ours.iter().filter(|x| want.contains(x)).count();
+        eprintln!("{} tokens: top-5 ours {ours:?}, llama.cpp {want:?}", ids.len());
+        assert_eq!(ours[0], want[0], "top-1 at {} tokens", ids.len());
+        assert!(overlap >= 4, "top-5 overlap {overlap} at {} tokens", ids.len());
+    }
+}
