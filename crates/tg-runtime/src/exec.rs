@@ -223,15 +223,27 @@ impl RunCtx<'_> {
 
 /// Reads a (possibly strided) tensor out of a buffer into a contiguous host tensor.
 fn read_tensor(bytes: &[u8], l: &Layout) -> Result<HostTensor, String> {
-    let offs = tg_ir::shape::strided_offsets(&l.shape, &l.strides, l.offset);
-    let get4 = |i: usize| -> Result<[u8; 4], String> {
-        bytes.get(i * 4..i * 4 + 4).map(|s| [s[0], s[1], s[2], s[3]]).ok_or_else(|| "output outside its buffer".to_string())
+    let eb = l.elem_bytes();
+    if let DType::Quant(t) = l.dtype {
+        return Err(format!("cannot return {t} storage as an output"));
+    }
+    // Contiguous outputs (the usual case, e.g. logits) are one slice; strided views are
+    // gathered element by element.
+    let n = l.numel();
+    let raw: Vec<u8> = if l.is_contiguous() {
+        bytes.get(l.offset * eb..(l.offset + n) * eb).ok_or("output outside its buffer")?.to_vec()
+    } else {
+        let mut v = Vec::with_capacity(n * eb);
+        for i in tg_ir::shape::strided_offsets(&l.shape, &l.strides, l.offset) {
+            v.extend_from_slice(bytes.get(i * eb..(i + 1) * eb).ok_or("output outside its buffer")?);
+        }
+        v
     };
+    let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
     let data = match l.dtype {
-        DType::F32 => HostData::F32(offs.iter().map(|&i| get4(i).map(f32::from_le_bytes)).collect::<Result<_, _>>()?),
-        DType::I32 => HostData::I32(offs.iter().map(|&i| get4(i).map(i32::from_le_bytes)).collect::<Result<_, _>>()?),
-        DType::Bool => HostData::Bool(offs.iter().map(|&i| bytes.get(i).copied().ok_or("output outside its buffer")).collect::<Result<_, _>>()?),
-        DType::Quant(t) => return Err(format!("cannot return {t} storage as an output")),
+        DType::F32 => HostData::F32(raw.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect()),
+        DType::I32 => HostData::I32(raw.chunks_exact(4).map(|c| i32::from_le_bytes(word(c))).collect()),
+        _ => HostData::Bool(raw),
     };
     Ok(HostTensor { shape: l.shape.clone(), data })
 }
