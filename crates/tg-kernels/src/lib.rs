@@ -100,6 +100,44 @@ pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Resu
     }
 }
 
+/// Names of one quantized-matmul entry point's buffers, for error messages.
+pub(crate) struct MatmulNames {
+    pub x: &'static str,
+    pub w_bytes: &'static str,
+    pub w: &'static str,
+    pub y: &'static str,
+}
+
+/// Shared argument checks of the `x · Wᵀ` kernels: `x` is `[m, k]` (when given), `w` holds
+/// `n` rows of `k` elements in `ty`, `y` is `[m, n]`. Returns the bytes of a weight row, or
+/// `None` when nothing is left to compute (`y` empty, or `k == 0` and `y` zeroed).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_matmul(
+    names: &MatmulNames,
+    ty: GgmlType,
+    m: usize,
+    k: usize,
+    n: usize,
+    x_len: Option<usize>,
+    w_len: usize,
+    y: &mut [f32],
+) -> Result<Option<usize>, KernelError> {
+    let row_bytes = dequant::row_bytes_checked(ty, k)?;
+    if let Some(x_len) = x_len {
+        check_len(names.x, mul(names.x, m, k)?, x_len)?;
+    }
+    check_len(names.w_bytes, mul(names.w, n, row_bytes)?, w_len)?;
+    check_len(names.y, mul(names.y, m, n)?, y.len())?;
+    if y.is_empty() {
+        return Ok(None);
+    }
+    if k == 0 {
+        y.fill(0.0);
+        return Ok(None);
+    }
+    Ok(Some(row_bytes))
+}
+
 mod matmul_q8;
 pub use matmul_q8::{
     matmul_qt_q8, matmul_qt_q8_ordered, matmul_qt_q8_pre, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, q8_activation_type,

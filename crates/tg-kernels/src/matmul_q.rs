@@ -20,12 +20,12 @@
 
 use tg_quant::GgmlType;
 
-use crate::dequant::{dequant_row_simd, fmt, row_bytes_checked, with_fmt, Fmt, SimdDecode, Sink};
+use crate::dequant::{dequant_row_simd, fmt, with_fmt, Fmt, SimdDecode, Sink};
 use crate::isa::{checked, isa, run_on, IsaTask};
 use crate::matmul_f32::{micro_dot, MR};
 use crate::par::{for_ranges, SyncPtr};
 use crate::simd::Simd;
-use crate::{check_len, mul, Isa, KernelError};
+use crate::{Isa, KernelError};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
@@ -352,17 +352,10 @@ pub fn matmul_qt_with(
     y: &mut [f32],
 ) -> Result<(), KernelError> {
     let isa = checked(isa)?;
-    let row_bytes = row_bytes_checked(ty, k)?;
-    check_len("matmul_qt: x", mul("matmul_qt: x", m, k)?, x.len())?;
-    check_len("matmul_qt: w bytes", mul("matmul_qt: w", n, row_bytes)?, w.len())?;
-    check_len("matmul_qt: y", mul("matmul_qt: y", m, n)?, y.len())?;
-    if y.is_empty() {
+    const NAMES: crate::MatmulNames = crate::MatmulNames { x: "matmul_qt: x", w_bytes: "matmul_qt: w bytes", w: "matmul_qt: w", y: "matmul_qt: y" };
+    let Some(row_bytes) = crate::check_matmul(&NAMES, ty, m, k, n, Some(x.len()), w.len(), y)? else {
         return Ok(());
-    }
-    if k == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
+    };
     let (xp, wp, yp) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(w.as_ptr() as *mut u8), SyncPtr(y.as_mut_ptr()));
 
     if m <= MATVEC_MAX_M || !crate::has_simd_decoder(ty) {

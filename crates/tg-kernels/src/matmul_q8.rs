@@ -73,10 +73,12 @@ use std::ops::Range;
 
 use tg_quant::GgmlType;
 
-use crate::dequant::row_bytes_checked;
 use crate::isa::checked;
 use crate::par::{for_ranges, SyncPtr};
 use crate::{check_len, isa, matmul_qt_with, mul, Isa, KernelError};
+
+/// Buffer names in this module's error messages.
+const NAMES: crate::MatmulNames = crate::MatmulNames { x: "matmul_qt_q8: x", w_bytes: "matmul_qt_q8: w bytes", w: "matmul_qt_q8: w", y: "matmul_qt_q8: y" };
 
 /// The activation format ggml's CPU backend pairs with weights of type `ty`, for the weight
 /// types this module implements: Q8_0 for Q4_0/Q5_0/Q8_0, Q8_K for Q4_K/Q5_K/Q6_K.
@@ -306,17 +308,9 @@ pub fn matmul_qt_q8_ordered(
             _ => Err(KernelError::UnsupportedType(ty)),
         };
     };
-    let row_bytes = row_bytes_checked(ty, k)?;
-    check_len("matmul_qt_q8: x", mul("matmul_qt_q8: x", m, k)?, x.len())?;
-    check_len("matmul_qt_q8: w bytes", mul("matmul_qt_q8: w", n, row_bytes)?, w.len())?;
-    check_len("matmul_qt_q8: y", mul("matmul_qt_q8: y", m, n)?, y.len())?;
-    if y.is_empty() {
+    let Some(row_bytes) = crate::check_matmul(&NAMES, ty, m, k, n, Some(x.len()), w.len(), y)? else {
         return Ok(());
-    }
-    if k == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
+    };
     let xq = quantize_activations_with(isa, x, m, k, act)?;
     run(isa, order, &xq, w, ty, n, row_bytes, y);
     Ok(())
@@ -349,16 +343,9 @@ pub fn matmul_qt_q8_pre_ordered(
         return Err(KernelError::UnsupportedType(ty));
     }
     let (m, k) = (xq.m, xq.k);
-    let row_bytes = row_bytes_checked(ty, k)?;
-    check_len("matmul_qt_q8: w bytes", mul("matmul_qt_q8: w", n, row_bytes)?, w.len())?;
-    check_len("matmul_qt_q8: y", mul("matmul_qt_q8: y", m, n)?, y.len())?;
-    if y.is_empty() {
+    let Some(row_bytes) = crate::check_matmul(&NAMES, ty, m, k, n, None, w.len(), y)? else {
         return Ok(());
-    }
-    if k == 0 {
-        y.fill(0.0);
-        return Ok(());
-    }
+    };
     run(isa, order, xq, w, ty, n, row_bytes, y);
     Ok(())
 }
