@@ -108,4 +108,34 @@ pub enum TokenizerError {
         /// Vocabulary size.
         vocab_size: usize,
     },
+
+    /// A Hugging Face `tokenizer.json` file could not be read.
+    #[error("cannot read tokenizer file {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A `tokenizer.json` document is not valid JSON, or a field has the
+    /// wrong JSON type.
+    #[error("tokenizer.json is malformed: {0}")]
+    HfJson(#[from] serde_json::Error),
+
+    /// A `tokenizer.json` document uses a component type or an option that
+    /// [`HfTokenizer`](crate::HfTokenizer) does not implement.
+    #[error("tokenizer.json: unsupported {component}: {detail}")]
+    HfUnsupported {
+        /// Where in the document, e.g. `normalizer.normalizers[1]`.
+        component: String,
+        /// What is not supported.
+        detail: String,
+    },
+
+    /// A `tokenizer.json` document is well-formed JSON but inconsistent
+    /// (a merge names a token missing from the vocabulary, a field is absent, ...).
+    #[error("tokenizer.json is invalid: {0}")]
+    HfInvalid(String),
 }

@@ -28,6 +28,13 @@
 //! become control tokens). For Gemma 3 this affects `</s>`: a user-defined
 //! token in the file, it is treated as a control token that ends generation.
 //!
+//! [`HfTokenizer`] is a second, independent tokenizer: it loads a Hugging
+//! Face `tokenizer.json` (BPE model with its normalizers, pre-tokenizers,
+//! added tokens, template post-processor and decoders) and reproduces the
+//! `tokenizers` library id for id, for models shipped as Hugging Face folders
+//! (EmbeddingGemma-300M). Component types it does not implement are refused
+//! at load with [`TokenizerError::HfUnsupported`].
+//!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let gguf = tg_gguf::GgufFile::open("model.gguf")?;
@@ -43,6 +50,7 @@ mod decode;
 mod error;
 mod fxhash;
 mod gguf;
+mod hf;
 mod index;
 mod special;
 mod spm;
@@ -55,5 +63,6 @@ mod tests;
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
 pub use gguf::keys;
+pub use hf::{EncodeOptions, HfTokenizer};
 pub use tokenizer::Tokenizer;
 pub use vocab::{TokenType, Vocab};
