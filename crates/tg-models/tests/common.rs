@@ -45,3 +45,20 @@ pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
     let den: f64 = want.iter().map(|w| w * w).sum();
     num / den
 }
+
+/// The EmbeddingGemma folder: `TG_EMBED_MODEL`, else the default cache path. `None` (with a
+/// message) only when `TG_ALLOW_MISSING_MODEL=1`; otherwise a missing model fails the test.
+pub fn embed_model_dir() -> Option<PathBuf> {
+    let p = std::env::var_os("TG_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        home.join(".cache/tensor-graphs/models/embeddinggemma-300m")
+    });
+    if p.join("modules.json").is_file() {
+        return Some(p);
+    }
+    if std::env::var("TG_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: embedding model not found at {} (TG_ALLOW_MISSING_MODEL=1)", p.display());
+        return None;
+    }
+    panic!("embedding model not found at {}: run `python3 scripts/fetch_embedding_model.py` or set TG_EMBED_MODEL", p.display());
+}

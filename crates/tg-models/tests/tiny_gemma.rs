@@ -39,6 +39,9 @@ fn config() -> Gemma3Config {
         swa_pattern: 2,
         context_length: 64,
         attn_scale: 1.0 / (32f32).sqrt(),
+        layer_global: None,
+        norm_offset: 0.0,
+        causal: true,
     }
 }
 
