@@ -216,6 +216,21 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let ids = l.operand(n.inputs[1]);
                 l.emit(i, n, Kernel::Gather, vec![t, ids], shape, n.dtype)?
             }
+            Op::RmsNorm { .. } | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } => {
+                let k = match &n.op {
+                    Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
+                    Op::RopeNeox => Kernel::RopeNeox,
+                    Op::GeluTanh => Kernel::GeluTanh,
+                    Op::GatedGelu => Kernel::GatedGelu,
+                    Op::Softmax => Kernel::Softmax,
+                    Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
+                    _ => unreachable!("matched above"),
+                };
+                // Fused kernels read their operands as plain rows: `emit` copies any
+                // operand that is not contiguous.
+                let ins: Vec<TensorRef> = n.inputs.iter().map(|&x| l.operand(x)).collect();
+                l.emit(i, n, k, ins, shape, n.dtype)?
+            }
         };
         l.refs[i] = Some(r);
     }

@@ -254,7 +254,95 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
             out(data)
         }
+        Op::RmsNorm { eps_bits } => {
+            let x = dense(0)?;
+            let w = broadcast_to(&dense(1)?, &n.shape);
+            let d = *n.shape.last().unwrap_or(&1);
+            let eps = f64::from_bits(*eps_bits);
+            let mut data = Vec::with_capacity(x.data.len());
+            for (r, row) in x.data.chunks(d.max(1)).enumerate() {
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
+                let inv = 1.0 / (ms + eps).sqrt();
+                data.extend(row.iter().enumerate().map(|(j, v)| v * inv * w[r * d + j]));
+            }
+            out(data)
+        }
+        Op::RopeNeox => {
+            let x = dense(0)?;
+            let d = *n.shape.last().unwrap_or(&2);
+            let h = d / 2;
+            let mut half = n.shape.clone();
+            if let Some(l) = half.last_mut() {
+                *l = h;
+            }
+            let (c, sn) = (broadcast_to(&dense(1)?, &half), broadcast_to(&dense(2)?, &half));
+            let mut data = vec![0f64; x.data.len()];
+            for r in 0..x.data.len() / d.max(1) {
+                for i in 0..h {
+                    let (x1, x2) = (x.data[r * d + i], x.data[r * d + i + h]);
+                    let (cc, ss) = (c[r * h + i], sn[r * h + i]);
+                    data[r * d + i] = x1 * cc - x2 * ss;
+                    data[r * d + i + h] = x2 * cc + x1 * ss;
+                }
+            }
+            out(data)
+        }
+        Op::GeluTanh | Op::GatedGelu => {
+            let g = dense(0)?;
+            let gelu = |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh());
+            if matches!(n.op, Op::GeluTanh) {
+                out(g.data.iter().map(|&x| gelu(x)).collect())
+            } else {
+                let u = dense(1)?;
+                out(g.data.iter().zip(&u.data).map(|(&x, &y)| gelu(x) * y).collect())
+            }
+        }
+        Op::Softmax => {
+            let x = dense(0)?;
+            let d = *n.shape.last().unwrap_or(&1);
+            let mut data = Vec::with_capacity(x.data.len());
+            for row in x.data.chunks(d.max(1)) {
+                data.extend(softmax_f64(row));
+            }
+            out(data)
+        }
+        Op::Attention { scale_bits } => {
+            let (q, k, v) = (dense(0)?, dense(1)?, dense(2)?);
+            let scale = f64::from_bits(*scale_bits);
+            let r = n.shape.len();
+            let (sq, dv) = (n.shape[r - 2], n.shape[r - 1]);
+            let (d, sk) = (q.shape[q.shape.len() - 1], k.shape[k.shape.len() - 2]);
+            let batch = &n.shape[..r - 2];
+            let nb = numel(batch);
+            let off = |a: &Array| strided_offsets(batch, &broadcast_strides(&a.shape[..a.shape.len() - 2], batch), 0);
+            let (qo, ko, vo) = (off(&q), off(&k), off(&v));
+            let mut sshape = batch.to_vec();
+            sshape.extend([sq, sk]);
+            let mask = broadcast_to(&dense(3)?, &sshape);
+            let mut data = vec![0f64; nb * sq * dv];
+            for b in 0..nb {
+                let (qb, kb, vb) = (&q.data[qo[b] * sq * d..][..sq * d], &k.data[ko[b] * sk * d..][..sk * d], &v.data[vo[b] * sk * dv..][..sk * dv]);
+                for i in 0..sq {
+                    let scores: Vec<f64> = (0..sk)
+                        .map(|j| scale * (0..d).map(|p| qb[i * d + p] * kb[j * d + p]).sum::<f64>() + mask[(b * sq + i) * sk + j])
+                        .collect();
+                    let pr = softmax_f64(&scores);
+                    for c in 0..dv {
+                        data[(b * sq + i) * dv + c] = (0..sk).map(|j| pr[j] * vb[j * dv + c]).sum();
+                    }
+                }
+            }
+            out(data)
+        }
     }
+}
+
+/// `exp(x − max) / Σ exp(x − max)`; a row of all −∞ gives NaN, as the formula does.
+fn softmax_f64(row: &[f64]) -> Vec<f64> {
+    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = row.iter().map(|&x| (x - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
 }
 
 /// Evaluates every output of `graph` on `inputs` (by input name) and `weights`.

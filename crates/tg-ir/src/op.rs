@@ -156,6 +156,34 @@ pub enum Op {
     /// Rows of a rank-2 table selected by i32 indices: `out[ids.., :] = table[ids[..], :]`.
     /// Inputs: `[table, ids]`; output f32 of shape `ids.shape + [row_len]`.
     Gather,
+
+    // ---- Fused ops. Rewrite targets only: a model definition never builds them; the
+    // e-graph rules introduce them, and each is defined as (and tested against) the
+    // primitive composition written next to it.
+    /// RMSNorm over the last axis: `x · rsqrt(mean(x², last) + eps) · w`. Inputs `[x, w]`,
+    /// `w` broadcast to `x` (typically `[n]`). f32.
+    RmsNorm {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
+    /// NeoX rotary embedding over the last axis (size `d`, halves rotated as pairs):
+    /// `[x₁·cos − x₂·sin, x₂·cos + x₁·sin]` with `x₁ = x[..d/2]`, `x₂ = x[d/2..]`. Inputs
+    /// `[x, cos, sin]`; `cos`/`sin` broadcast to `x`'s shape with last dim `d/2`. f32.
+    RopeNeox,
+    /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`. Inputs `[x]`.
+    GeluTanh,
+    /// Gated GELU: `gelu_tanh(gate) · up`. Inputs `[gate, up]` of equal shape.
+    GatedGelu,
+    /// Softmax over the last axis: `exp(x − max) / Σ exp(x − max)`. Inputs `[x]`.
+    Softmax,
+    /// Attention: `softmax(scale · q·kᵀ + mask) · v`. Inputs `[q [.., sq, d], k [.., sk, d],
+    /// v [.., sk, dv], mask]`; batch dims broadcast as in [`Op::MatMul`] (grouped-query
+    /// attention broadcasts k and v over the group axis); `mask` broadcasts to
+    /// `[.., sq, sk]`. Output `[.., sq, dv]`.
+    Attention {
+        /// `f64::to_bits` of the score scale.
+        scale_bits: u64,
+    },
 }
 
 impl Op {
@@ -185,7 +213,18 @@ impl Op {
             Op::Slice { axis, start, end } => format!("slice[{axis}:{start}..{end}]"),
             Op::Concat { axis } => format!("concat[{axis}]"),
             Op::Gather => "gather".into(),
+            Op::RmsNorm { .. } => "rms_norm".into(),
+            Op::RopeNeox => "rope_neox".into(),
+            Op::GeluTanh => "gelu_tanh".into(),
+            Op::GatedGelu => "gated_gelu".into(),
+            Op::Softmax => "softmax".into(),
+            Op::Attention { .. } => "attention".into(),
         }
+    }
+
+    /// True for the fused ops (rewrite targets, never built by model definitions).
+    pub fn is_fused(&self) -> bool {
+        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. })
     }
 
     /// True for ops with no inputs whose value comes from outside or from attributes.

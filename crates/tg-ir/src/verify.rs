@@ -230,6 +230,80 @@ pub fn infer(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DTy
             s.push(t[1]);
             Ok((s, DType::F32))
         }
+        Op::RmsNorm { .. } => {
+            arity(op, ins, 2)?;
+            all_f32(op, ins)?;
+            let x = ins[0].0;
+            if x.is_empty() || broadcast_shapes(x, ins[1].0).as_deref() != Some(x) {
+                return Err(shape_err(op, format!("weight {:?} does not broadcast to {x:?}", ins[1].0)));
+            }
+            Ok((x.to_vec(), DType::F32))
+        }
+        Op::RopeNeox => {
+            arity(op, ins, 3)?;
+            all_f32(op, ins)?;
+            let x = ins[0].0;
+            let d = *x.last().ok_or_else(|| shape_err(op, "x must have rank >= 1".into()))?;
+            if d % 2 != 0 {
+                return Err(shape_err(op, format!("last dim {d} of {x:?} is odd")));
+            }
+            let mut half = x.to_vec();
+            *half.last_mut().unwrap_or(&mut 0) = d / 2;
+            for t in &ins[1..] {
+                if broadcast_shapes(&half, t.0).as_deref() != Some(&half[..]) {
+                    return Err(shape_err(op, format!("cos/sin {:?} do not broadcast to {half:?}", t.0)));
+                }
+            }
+            Ok((x.to_vec(), DType::F32))
+        }
+        Op::GeluTanh | Op::Softmax => {
+            arity(op, ins, 1)?;
+            all_f32(op, ins)?;
+            if matches!(op, Op::Softmax) && ins[0].0.is_empty() {
+                return Err(shape_err(op, "softmax needs rank >= 1".into()));
+            }
+            Ok((ins[0].0.to_vec(), DType::F32))
+        }
+        Op::GatedGelu => {
+            arity(op, ins, 2)?;
+            all_f32(op, ins)?;
+            if ins[0].0 != ins[1].0 {
+                return Err(shape_err(op, format!("gate {:?} and up {:?} differ", ins[0].0, ins[1].0)));
+            }
+            Ok((ins[0].0.to_vec(), DType::F32))
+        }
+        Op::Attention { .. } => {
+            arity(op, ins, 4)?;
+            all_f32(op, ins)?;
+            let (q, k, v, m) = (ins[0].0, ins[1].0, ins[2].0, ins[3].0);
+            if q.len() < 2 || k.len() < 2 || v.len() < 2 {
+                return Err(shape_err(op, format!("q {q:?}, k {k:?}, v {v:?} need rank >= 2")));
+            }
+            let (sq, d) = (q[q.len() - 2], q[q.len() - 1]);
+            let (sk, dk) = (k[k.len() - 2], k[k.len() - 1]);
+            let (sv, dv) = (v[v.len() - 2], v[v.len() - 1]);
+            if d != dk || sk != sv {
+                return Err(shape_err(op, format!("q {q:?}, k {k:?}, v {v:?}: head dims or key counts differ")));
+            }
+            let batch = broadcast_shapes(&q[..q.len() - 2], &k[..k.len() - 2])
+                .and_then(|b| broadcast_shapes(&b, &v[..v.len() - 2]))
+                .ok_or_else(|| shape_err(op, format!("batch dims of q {q:?}, k {k:?}, v {v:?} do not broadcast")))?;
+            let mut scores = batch.clone();
+            scores.extend([sq, sk]);
+            if broadcast_shapes(&scores, m).as_deref() != Some(&scores[..]) {
+                return Err(shape_err(op, format!("mask {m:?} does not broadcast to the scores {scores:?}")));
+            }
+            let mut s = batch;
+            s.extend([sq, dv]);
+            Ok((s, DType::F32))
+        }
+    }
+}
+
+fn all_f32(op: &Op, ins: &[(&[usize], DType)]) -> Result<(), IrError> {
+    match ins.iter().find(|(_, d)| *d != DType::F32) {
+        Some((_, d)) => Err(dtype_err(op, format!("expects f32 operands, got {d}"))),
+        None => Ok(()),
     }
 }
 

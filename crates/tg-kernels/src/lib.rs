@@ -25,6 +25,7 @@
 mod copy;
 mod dequant;
 mod elementwise;
+mod fused;
 mod isa;
 mod matmul_f32;
 mod matmul_q;
@@ -40,6 +41,11 @@ pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, 
 pub use elementwise::{
     binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast,
     binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
+};
+pub use fused::{
+    add_rms_norm, add_rms_norm_with, attention, attention_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
+    gelu_tanh_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with,
+    softmax_rows, softmax_rows_with,
 };
 pub use isa::{cpu_features, isa, Isa};
 pub use matmul_f32::{matmul_f32, matmul_f32_with, MatView};

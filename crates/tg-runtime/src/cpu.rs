@@ -333,6 +333,43 @@ impl Device for CpuDevice {
                 need(ids.dtype == DType::I32 && ids.is_contiguous(), || "gather: ids must be contiguous i32".into())?;
                 need(out.numel() == ids.numel() * t.shape[1], || "gather output size".into())
             }
+            Kernel::RmsNorm { .. } => {
+                arity(2)?;
+                fused_f32(ins)?;
+                same_shape(&ins[..1], out)?;
+                let n = *out.shape.last().unwrap_or(&0);
+                need(ins[1].numel() == n && ins[1].shape.last() == Some(&n), || "rms_norm: the weight must be one row of the last dim".into())
+            }
+            Kernel::RopeNeox => {
+                arity(3)?;
+                fused_f32(ins)?;
+                same_shape(&ins[..1], out)?;
+                need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rope_neox: x must be [seq, heads, even d]".into())?;
+                let (seq, half) = (out.shape[0], out.shape[2] / 2);
+                let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
+                need(ok(&ins[1]) && ok(&ins[2]), || "rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
+            }
+            Kernel::GeluTanh | Kernel::Softmax => {
+                arity(1)?;
+                fused_f32(ins)?;
+                same_shape(ins, out)
+            }
+            Kernel::GatedGelu => {
+                arity(2)?;
+                fused_f32(ins)?;
+                same_shape(ins, out)
+            }
+            Kernel::Attention { .. } => {
+                arity(4)?;
+                fused_f32(ins)?;
+                let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
+                need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention: q, k, v must be rank 4".into())?;
+                let (nkv, d) = (q.shape[0], q.shape[3]);
+                let sk = k.shape[2];
+                need(k.shape == [nkv, 1, sk, d] && v.shape == [nkv, 1, sk, d], || "attention: k/v must be [n_kv, 1, sk, d] like q's".into())?;
+                need(m.numel() == q.shape[2] * sk && m.shape.last() == Some(&sk), || "attention: mask must be one [sq, sk] matrix".into())?;
+                same_shape(&ins[..1], out)
+            }
         }
     }
 
@@ -587,9 +624,53 @@ impl Device for CpuDevice {
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 tg_kernels::get_rows(ins[0].0, ty, lt.shape[1], lt.shape[0], ids, o).map_err(|e| e.to_string())?;
             }
+            Kernel::RmsNorm { eps_bits } => {
+                let n = *out.shape.last().unwrap_or(&1);
+                let (x, w) = (f32_in(ins, 0)?, f32_in(ins, 1)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::rms_norm(x, w, n_out / n.max(1), n, f64::from_bits(*eps_bits) as f32, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::RopeNeox => {
+                let (seq, heads, d) = (out.shape[0], out.shape[1], out.shape[2]);
+                let (x, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::rope_neox(x, c, sn, seq, heads, d, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::GeluTanh => {
+                let x = f32_in(ins, 0)?;
+                tg_kernels::gelu_tanh(x, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+            }
+            Kernel::GatedGelu => {
+                let (g, u) = (f32_in(ins, 0)?, f32_in(ins, 1)?);
+                tg_kernels::gated_gelu_tanh(g, u, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+            }
+            Kernel::Softmax => {
+                let n = *out.shape.last().unwrap_or(&1);
+                let x = f32_in(ins, 0)?;
+                tg_kernels::softmax_rows(x, n_out / n.max(1), n, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+            }
+            Kernel::Attention { scale_bits } => {
+                let q = ins[0].1;
+                let (nkv, g, sq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+                let sk = ins[1].1.shape[2];
+                let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::attention(qv, kv, vv, mv, nkv, g, sq, sk, d, f64::from_bits(*scale_bits) as f32, o).map_err(|e| e.to_string())?;
+            }
         }
         Ok(())
     }
+}
+
+/// All operands contiguous f32 (the fused kernels read plain rows).
+fn fused_f32(ins: &[Layout]) -> Result<(), String> {
+    need(ins.iter().all(|l| l.dtype == DType::F32 && l.is_contiguous()), || "fused kernels need contiguous f32 operands".into())
+}
+
+/// Operand `i` as its contiguous f32 elements.
+fn f32_in<'a>(ins: &[(&'a [u8], &Layout)], i: usize) -> Result<&'a [f32], String> {
+    let (b, l) = ins[i];
+    Ok(&cast_slice::<f32>(b)?[l.offset..][..l.numel()])
 }
 
 fn kernel_unary(op: UnaryOp) -> tg_kernels::UnaryOp {

@@ -125,6 +125,26 @@ pub enum Kernel {
     },
     /// Rows of a (possibly quantized) table selected by i32 ids.
     Gather,
+    /// Fused RMSNorm over the last axis: inputs `[x, w]` (contiguous; `w` has the last
+    /// dim's length).
+    RmsNorm {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
+    /// Fused NeoX RoPE: `x [seq, heads, d]`, `cos`/`sin` with `seq · d/2` elements.
+    RopeNeox,
+    /// Fused GELU (tanh approximation).
+    GeluTanh,
+    /// Fused `gelu_tanh(gate) · up`.
+    GatedGelu,
+    /// Fused softmax over the last axis.
+    Softmax,
+    /// Fused flash-style attention: `q [n_kv, group, sq, d]`, `k`/`v [n_kv, 1, sk, d]`,
+    /// additive mask of `sq · sk` elements, all contiguous.
+    Attention {
+        /// `f64::to_bits` of the score scale.
+        scale_bits: u64,
+    },
 }
 
 impl Kernel {
@@ -146,6 +166,12 @@ impl Kernel {
             Kernel::Copy => "copy".into(),
             Kernel::Concat { .. } => "concat".into(),
             Kernel::Gather => "gather".into(),
+            Kernel::RmsNorm { .. } => "rms_norm".into(),
+            Kernel::RopeNeox => "rope_neox".into(),
+            Kernel::GeluTanh => "gelu_tanh".into(),
+            Kernel::GatedGelu => "gated_gelu".into(),
+            Kernel::Softmax => "softmax".into(),
+            Kernel::Attention { .. } => "attention".into(),
         }
     }
 }

@@ -1,0 +1,144 @@
+//! Every fused op through the whole pipeline (lowering, the CPU device's `supports`, the
+//! fused kernels): outputs equal the reference interpreter's on random inputs, with
+//! NaN-poisoned arenas, including operands that arrive as non-contiguous views (which
+//! lowering must copy) and shapes the kernels refuse (which must be a compile error).
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tg_compiler::{compile, CompileOptions};
+use tg_ir::{DType, Graph, GraphBuilder, HostTensor, Op, Tensor};
+use tg_runtime::{CpuDevice, Device, Executable};
+
+struct Case {
+    b: GraphBuilder,
+    inputs: HashMap<String, HostTensor>,
+    rng: ChaCha8Rng,
+}
+
+impl Case {
+    fn new(seed: u64) -> Case {
+        Case { b: GraphBuilder::new(), inputs: HashMap::new(), rng: ChaCha8Rng::seed_from_u64(seed) }
+    }
+
+    fn input(&mut self, name: &str, shape: &[usize], lo: f32, hi: f32) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.rng.gen_range(lo..hi)).collect();
+        self.inputs.insert(name.into(), HostTensor::f32(shape, v).unwrap());
+        self.b.input(name, shape, DType::F32).unwrap()
+    }
+
+    fn finish(mut self, out: Tensor) -> (Graph, HashMap<String, HostTensor>) {
+        self.b.output("y", out).unwrap();
+        (self.b.finish().unwrap(), self.inputs)
+    }
+}
+
+fn check(name: &str, g: &Graph, inputs: &HashMap<String, HostTensor>, bound: f64) {
+    let weights: HashMap<String, Vec<u8>> = HashMap::new();
+    let want = tg_ir::interp::eval(g, inputs, &weights).unwrap()["y"].data.clone();
+    for threads in [1, 2] {
+        let dev: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).unwrap());
+        let c = compile(g, std::slice::from_ref(&dev), &CompileOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut exe = Executable::new(c.plan, vec![dev], Arc::new(weights.clone())).unwrap();
+        exe.set_poison(true);
+        let got = exe.run(inputs).unwrap();
+        let got = got["y"].as_f32().unwrap();
+        assert_eq!(got.len(), want.len());
+        let num: f64 = got.iter().zip(&want).map(|(&a, &b)| (a as f64 - b).powi(2)).sum();
+        let den: f64 = want.iter().map(|b| b * b).sum::<f64>().max(1e-300);
+        eprintln!("{name} ({threads} threads): NMSE {:.2e}", num / den);
+        assert!(got.iter().all(|v| v.is_finite()), "{name}: non-finite output");
+        assert!(num / den < bound, "{name}: NMSE {}", num / den);
+    }
+}
+
+#[test]
+fn rms_norm_gelu_gated_softmax() {
+    for (seed, rows, n) in [(1u64, 1usize, 1usize), (2, 5, 7), (3, 9, 640), (4, 3, 768)] {
+        let mut c = Case::new(seed);
+        let x = c.input("x", &[rows, n], -3.0, 3.0);
+        let w = c.input("w", &[n], 0.5, 1.5);
+        let y = c.b.push(Op::RmsNorm { eps_bits: 1e-6f64.to_bits() }, &[x, w], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("rms_norm {rows}x{n}"), &g, &i, 1e-12);
+
+        let mut c = Case::new(seed + 10);
+        let x = c.input("x", &[rows, n], -4.0, 4.0);
+        let u = c.input("u", &[rows, n], -2.0, 2.0);
+        let gg = c.b.push(Op::GatedGelu, &[x, u], None).unwrap();
+        let y = c.b.push(Op::GeluTanh, &[gg], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("gelu/gated_gelu {rows}x{n}"), &g, &i, 1e-11);
+
+        let mut c = Case::new(seed + 20);
+        let x = c.input("x", &[rows, n], -8.0, 8.0);
+        let y = c.b.push(Op::Softmax, &[x], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("softmax {rows}x{n}"), &g, &i, 1e-12);
+    }
+}
+
+#[test]
+fn rope_neox_from_a_permuted_view() {
+    for (seed, seq, heads, d) in [(5u64, 1usize, 1usize, 2usize), (6, 5, 4, 256), (7, 17, 3, 32)] {
+        let mut c = Case::new(seed);
+        // x arrives as a permuted view [seq, heads, d] of a [heads, seq, d] input: lowering
+        // must copy it before the fused kernel.
+        let x = c.input("x", &[heads, seq, d], -2.0, 2.0);
+        let x = c.b.permute(x, &[1, 0, 2]).unwrap();
+        let cos = c.input("cos", &[seq, 1, d / 2], -1.0, 1.0);
+        let sin = c.input("sin", &[seq, 1, d / 2], -1.0, 1.0);
+        let y = c.b.push(Op::RopeNeox, &[x, cos, sin], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("rope_neox {seq}x{heads}x{d}"), &g, &i, 1e-12);
+    }
+}
+
+#[test]
+fn attention_grouped_with_causal_and_window_masks() {
+    for (seed, nkv, group, sq, sk, d, window) in [(8u64, 1usize, 4usize, 5usize, 5usize, 256usize, None), (9, 2, 2, 33, 33, 32, Some(7)), (10, 1, 3, 1, 70, 64, None), (11, 1, 1, 130, 130, 16, Some(40))] {
+        let mut c = Case::new(seed);
+        let q = c.input("q", &[nkv, group, sq, d], -1.0, 1.0);
+        let k = c.input("k", &[nkv, 1, sk, d], -1.0, 1.0);
+        let v = c.input("v", &[nkv, 1, sk, d], -1.0, 1.0);
+        // Query i sits at position sk - sq + i (a prompt continued by sq tokens).
+        let mut m = vec![0f32; sq * sk];
+        for i in 0..sq {
+            let p = sk - sq + i;
+            for j in 0..sk {
+                let visible = j <= p && window.map_or(true, |w| p - j < w);
+                m[i * sk + j] = if visible { 0.0 } else { f32::NEG_INFINITY };
+            }
+        }
+        c.inputs.insert("mask".into(), HostTensor::f32(&[sq, sk], m).unwrap());
+        let mask = c.b.input("mask", &[sq, sk], DType::F32).unwrap();
+        let y = c.b.push(Op::Attention { scale_bits: (1.0 / (d as f64).sqrt()).to_bits() }, &[q, k, v, mask], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("attention kv{nkv} g{group} {sq}x{sk} d{d} window {window:?}"), &g, &i, 1e-10);
+    }
+}
+
+#[test]
+fn shapes_the_kernels_refuse_are_compile_errors() {
+    // RoPE on rank-2 x: valid IR, but the CPU kernel wants [seq, heads, d].
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[4, 8], DType::F32).unwrap();
+    let cs = b.input("c", &[4, 4], DType::F32).unwrap();
+    let y = b.push(Op::RopeNeox, &[x, cs, cs], None).unwrap();
+    b.output("y", y).unwrap();
+    let g = b.finish().unwrap();
+    let dev: Arc<dyn Device> = Arc::new(CpuDevice::new(1).unwrap());
+    let e = compile(&g, std::slice::from_ref(&dev), &CompileOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("rope_neox"), "{e}");
+    // Invalid IR is refused by the builder, naming the op.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[4, 7], DType::F32).unwrap();
+    let e = b.push(Op::RopeNeox, &[x, x, x], None).unwrap_err().to_string();
+    assert!(e.contains("rope_neox") && e.contains("odd"), "{e}");
+    let q = b.input("q", &[2, 3, 8], DType::F32).unwrap();
+    let k = b.input("k", &[2, 5, 4], DType::F32).unwrap();
+    let e = b.push(Op::Attention { scale_bits: 1f64.to_bits() }, &[q, k, k, k], None).unwrap_err().to_string();
+    assert!(e.contains("attention"), "{e}");
+}
