@@ -43,6 +43,18 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
     output: Format,
+    /// Switch compiler stages or rewrite rule families off (e.g. `--no-stage rewrite`,
+    /// `--no-stage rewrite:fusion.attention`); repeatable.
+    #[arg(long = "no-stage")]
+    no_stage: Vec<String>,
+}
+
+/// Compiler options from `--numerics` and `--no-stage` values.
+pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String]) -> Result<tg_compiler::CompileOptions, String> {
+    let names: Vec<&str> = no_stage.iter().map(String::as_str).collect();
+    let mut o = tg_compiler::CompileOptions::disabling(&names).map_err(|e| e.to_string())?;
+    o.numerics = numerics.options().numerics;
+    Ok(o)
 }
 
 struct Row {
@@ -114,7 +126,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let mut info = (String::new(), 0u64, 0u64);
     for &threads in &a.threads {
         let mut m = Gemma3::load(&path, threads).map_err(|e| e.to_string())?;
-        m.set_compile_options(a.numerics.options());
+        m.set_compile_options(compile_options(a.numerics, &a.no_stage)?);
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
         info = (model_type(m.file()), n_params, size);

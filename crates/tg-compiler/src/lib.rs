@@ -7,18 +7,22 @@
 //! |------------|---------------------------------------------------------------------|------------|
 //! | `verify`   | IR invariants (always on, also between stages)                       | no         |
 //! | `dce`      | drops nodes no output depends on                                    | yes        |
+//! | `rewrite`  | e-graph rewriting ([`tg_egraph`]): views collapsed, scalars simplified, primitive patterns fused (RMSNorm, RoPE, GELU, softmax, attention); the cheapest equivalent graph is extracted | yes; single rule families or rules with `rewrite:<family or rule>` |
 //! | `lower`    | one implementation per node: a kernel on a device, or a view        | no         |
 //! | `views`    | reshape/permute/slice/expand as strided views instead of copies     | yes        |
 //! | `schedule` | step order (topological, in node order)                             | no         |
 //! | `memory`   | arena offsets: greedy first-fit over buffer lifetimes               | yes (then every buffer gets its own space) |
 //! | `validate` | the independent [`validate`] checker on the finished plan           | yes        |
 //!
-//! The baseline picks one implementation per op; the e-graph stage and the branch-and-bound
-//! planner of later milestones replace `lower`/`schedule`/`memory`, not the whole.
+//! The baseline picks one implementation per op. The `rewrite` stage picks among
+//! equivalent graphs with a greedy DAG extractor over a kernel cost estimate; the
+//! branch-and-bound planner of a later milestone replaces that extraction and
+//! `lower`/`schedule`/`memory`, not the whole.
 #![warn(missing_docs)]
 
 mod lower;
 mod memory;
+mod rewrite;
 pub mod validate;
 
 use std::collections::BTreeSet;
@@ -27,6 +31,8 @@ use std::time::Instant;
 use thiserror::Error;
 use tg_ir::{Graph, IrError};
 use tg_runtime::{Device, Plan};
+
+pub use tg_egraph::{RewriteOptions, RewriteReport};
 
 pub use validate::validate;
 
@@ -64,6 +70,8 @@ pub struct CompileOptions {
     /// Arithmetic of quantized matmuls: [`Numerics::Exact`] (f32 activations, the default)
     /// or [`Numerics::Q8Activations`] (activations rounded to 8-bit blocks).
     pub numerics: Numerics,
+    /// Options of the `rewrite` stage: rule families switched off, saturation limits.
+    pub rewrite: RewriteOptions,
 }
 
 /// How quantized matmuls treat their activations.
@@ -80,19 +88,26 @@ pub enum Numerics {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact }
+        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact, rewrite: RewriteOptions::default() }
     }
 }
 
 /// Names of all stages, in order.
-pub const STAGES: [&str; 7] = ["verify", "dce", "lower", "views", "schedule", "memory", "validate"];
-const OPTIONAL: [&str; 4] = ["dce", "views", "memory", "validate"];
+pub const STAGES: [&str; 8] = ["verify", "dce", "rewrite", "lower", "views", "schedule", "memory", "validate"];
+const OPTIONAL: [&str; 5] = ["dce", "rewrite", "views", "memory", "validate"];
 
 impl CompileOptions {
     /// Options with the given stages disabled; errors for unknown or required stages.
+    /// `rewrite:<family>` or `rewrite:<rule>` switches off one rule family (`layout`,
+    /// `simplify`, `fusion`, `fusion.rmsnorm`, `fusion.rope`, `fusion.gelu`,
+    /// `fusion.softmax`, `fusion.attention`) or one rule of the `rewrite` stage.
     pub fn disabling(names: &[&str]) -> Result<Self, CompileError> {
         let mut o = CompileOptions::default();
         for n in names {
+            if let Some(rule) = n.strip_prefix(rewrite::PREFIX) {
+                o.rewrite.disable(rule).map_err(|e| CompileError::Options(e.to_string()))?;
+                continue;
+            }
             if !STAGES.contains(n) {
                 return Err(CompileError::Options(format!("unknown stage '{n}' (stages: {})", STAGES.join(", "))));
             }
@@ -127,6 +142,8 @@ pub struct StageReport {
 pub struct CompileReport {
     /// One entry per stage, in order.
     pub stages: Vec<StageReport>,
+    /// The `rewrite` stage's report (saturation and extraction), when it ran.
+    pub rewrite: Option<RewriteReport>,
 }
 
 impl std::fmt::Display for CompileReport {
@@ -136,6 +153,11 @@ impl std::fmt::Display for CompileReport {
                 writeln!(f, "{:<9} {:>8.3} ms  {}", s.name, s.micros as f64 / 1000.0, s.summary)?;
             } else {
                 writeln!(f, "{:<9} {:>11}  (switched off)", s.name, "-")?;
+            }
+        }
+        if let Some(r) = &self.rewrite {
+            for line in r.to_string().lines() {
+                writeln!(f, "  {line}")?;
             }
         }
         Ok(())
@@ -200,6 +222,19 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
         &g
     } else {
         report.stages.push(skipped("dce"));
+        graph
+    };
+
+    let rewritten;
+    let graph = if opts.on("rewrite") {
+        let t = Timer::start();
+        let (g, r) = rewrite::run(graph, &opts.rewrite)?;
+        rewritten = g;
+        report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });
+        report.rewrite = Some(r);
+        &rewritten
+    } else {
+        report.stages.push(skipped("rewrite"));
         graph
     };
 

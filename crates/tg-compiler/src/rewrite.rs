@@ -1,0 +1,40 @@
+//! `rewrite`: equality saturation over the named rule tables of [`tg_egraph`], then
+//! extraction of the cheapest equivalent graph (fused ops where the kernels accept them).
+
+use crate::CompileError;
+use tg_egraph::{EgraphError, RewriteOptions, RewriteReport};
+use tg_ir::Graph;
+
+/// Prefix of `CompileOptions::disabling` names that switch off a rule family or rule
+/// (`rewrite:fusion`, `rewrite:fusion.rope`, `rewrite:fuse-softmax`).
+pub(crate) const PREFIX: &str = "rewrite:";
+
+/// Rewrites `graph`; the result is verified.
+pub(crate) fn run(graph: &Graph, opts: &RewriteOptions) -> Result<(Graph, RewriteReport), CompileError> {
+    let out = tg_egraph::rewrite(graph, opts).map_err(|e| match e {
+        EgraphError::Ir(e) => CompileError::Ir(e),
+        EgraphError::Options(s) => CompileError::Options(s),
+        e @ EgraphError::Internal(_) => CompileError::Invalid(format!("rewrite: {e}")),
+    })?;
+    tg_ir::verify(&out.graph)?;
+    Ok((out.graph, out.report))
+}
+
+/// One-line summary for the stage table.
+pub(crate) fn summary(r: &RewriteReport) -> String {
+    let s = &r.saturation;
+    let applied: Vec<String> = s.applications.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k}:{n}")).collect();
+    let fused: Vec<String> = r.fused.iter().map(|(k, n)| format!("{k}:{n}")).collect();
+    format!(
+        "{} after {} iterations, {} e-nodes, {} e-classes; {} -> {} nodes; fused [{}]; applied [{}]{}",
+        s.stop_reason,
+        s.iterations,
+        s.enodes,
+        s.eclasses,
+        r.nodes_in,
+        r.nodes_out,
+        fused.join(" "),
+        applied.join(" "),
+        if r.disabled.is_empty() { String::new() } else { format!("; off: {}", r.disabled.join(", ")) }
+    )
+}

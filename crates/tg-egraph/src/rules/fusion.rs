@@ -1,0 +1,313 @@
+//! Fusion: primitive compositions become the fused ops of the IR. Each rule matches the
+//! exact composition the fused op is defined as (see `tg_ir::Op`), tries commutative
+//! operands in both orders, and fires only when the operands fit the contract of the fused
+//! kernels ([`kernel_accepts`]), so every fused node it adds can be compiled.
+
+use super::{add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
+use crate::TEGraph;
+use egg::Id;
+use tg_ir::{broadcast_shapes, BinaryOp, DType, Op, ReduceOp, UnaryOp};
+
+pub(super) fn rules() -> Vec<Rule> {
+    vec![
+        rule("fuse-rmsnorm", "fusion.rmsnorm", "x·rsqrt(mean(x·x, last) + ε)·w = rms_norm_ε(x, w) (w may be 1 + w₀)", fuse_rmsnorm, |eg, _, &(x, w, eps)| {
+            add_op(eg, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x, w])
+        }),
+        rule("fuse-gelu-tanh", "fusion.gelu", "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) = gelu_tanh(x)", fuse_gelu, |eg, _, &x| add_op(eg, Op::GeluTanh, &[x])),
+        rule("fuse-gated-gelu", "fusion.gelu", "gelu_tanh(g)·u = gated_gelu(g, u)", fuse_gated_gelu, |eg, _, &(g, u)| add_op(eg, Op::GatedGelu, &[g, u])),
+        rule("fuse-softmax", "fusion.softmax", "exp(x − max(x, last)) / sum(exp(x − max(x, last)), last) = softmax(x)", fuse_softmax, |eg, _, &x| add_op(eg, Op::Softmax, &[x])),
+        rule("fuse-rope-neox", "fusion.rope", "concat(x₁·cos − x₂·sin, x₂·cos + x₁·sin) with [x₁, x₂] = halves of x = rope_neox(x, cos, sin)", fuse_rope, |eg, _, &(x, c, s)| {
+            add_op(eg, Op::RopeNeox, &[x, c, s])
+        }),
+        rule("fuse-attention", "fusion.attention", "softmax(s·(q·kᵀ) + m)·v = attention_s(q, k, v, m) (s = 1 when unscaled)", fuse_attention, |eg, _, &(q, k, v, m, s)| {
+            add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
+        }),
+        rule("attention-absorb-scale", "fusion.attention", "attention_s(q·c, k, v, m) = attention_{s·c}(q, k, v, m) for a scalar constant c", absorb_scale, |eg, _, &(q, k, v, m, s)| {
+            add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
+        }),
+    ]
+}
+
+/// Whether the fused kernels accept a fused op on operands of these shapes (all f32,
+/// contiguous — lowering copies views). These are the CPU kernels' contracts:
+/// - `RmsNorm`: the weight holds exactly one row of the last dim (numel `n`, last dim `n`);
+/// - `RopeNeox`: `x` is `[seq, heads, d]` with `d` even, `cos`/`sin` are `[seq, 1, d/2]`
+///   (one row per position, broadcast over heads);
+/// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
+///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
+///   broadcasts to the scores);
+/// - `GatedGelu`: gate and up of one shape; `GeluTanh`, `Softmax` (rank ≥ 1): any shape.
+pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    match (op, ins) {
+        (Op::RmsNorm { .. }, [x, w]) => x.last().is_some_and(|&n| numel(w) == n && w.last() == Some(&n)),
+        (Op::RopeNeox, [x, c, s]) => {
+            x.len() == 3 && x[2] % 2 == 0 && x[2] > 0 && {
+                let want = [x[0], 1, x[2] / 2];
+                **c == want && **s == want
+            }
+        }
+        (Op::Attention { .. }, [q, k, v, m]) => {
+            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
+                return false;
+            }
+            let (nkv, g, sq, d) = (q[0], q[1], q[2], q[3]);
+            let sk = k[2];
+            let scores = [nkv, g, sq, sk];
+            **k == [nkv, 1, sk, d] && **v == [nkv, 1, sk, d] && numel(m) == sq * sk && m.last() == Some(&sk) && broadcast_shapes(&scores, m).as_deref() == Some(&scores[..])
+        }
+        (Op::GatedGelu, [g, u]) => g == u,
+        (Op::GeluTanh, [_]) => true,
+        (Op::Softmax, [x]) => !x.is_empty(),
+        _ => false,
+    }
+}
+
+fn f32_all(eg: &TEGraph, ids: &[Id]) -> bool {
+    ids.iter().all(|&i| data(eg, i).dtype == DType::F32)
+}
+
+/// Reductions `op` over the last axis in class `c`: their operands.
+fn reduce_last(eg: &TEGraph, c: Id, op: ReduceOp) -> Vec<Id> {
+    let rank = shape(eg, c).len();
+    nodes_where(eg, c, move |o| matches!(o, Op::Reduce { op: r, axis } if *r == op && axis + 1 == rank)).map(|n| eg.find(n.children[0])).collect()
+}
+
+// ---- RMSNorm
+
+/// `(x, ε)` with class `a` computing `x·rsqrt(mean(x·x, last) + ε)`.
+fn rms_core(eg: &TEGraph, a: Id) -> Vec<(Id, f64)> {
+    let mut v = Vec::new();
+    for (x, r) in binary(eg, a, BinaryOp::Mul) {
+        for m in unary(eg, r, UnaryOp::Rsqrt) {
+            for (mm, e) in binary(eg, m, BinaryOp::Add) {
+                let Some(eps) = scalar_f32(eg, e) else { continue };
+                for sq in reduce_last(eg, mm, ReduceOp::Mean) {
+                    if shape(eg, sq).len() == shape(eg, x).len() && has_binary(eg, sq, BinaryOp::Mul, x, x) && eps >= 0.0 {
+                        v.push((x, eps));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn fuse_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, f64)> {
+    let mut v = Vec::new();
+    for (a, w) in binary(eg, c, BinaryOp::Mul) {
+        for (x, eps) in rms_core(eg, a) {
+            if shape(eg, x) == shape(eg, c) && f32_all(eg, &[x, w]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[shape(eg, x), shape(eg, w)]) {
+                v.push((x, w, eps));
+            }
+        }
+    }
+    v
+}
+
+// ---- GELU
+
+/// `x` with class `c` computing `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` in primitives.
+fn gelu_primitive(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    let mut v = Vec::new();
+    for (hx, t1) in binary(eg, c, BinaryOp::Mul) {
+        for (x, half) in binary(eg, hx, BinaryOp::Mul) {
+            if !scalar_f32(eg, half).is_some_and(|h| h == 0.5) {
+                continue;
+            }
+            let ok = binary(eg, t1, BinaryOp::Add).into_iter().any(|(t, one)| {
+                scalar_f32(eg, one) == Some(1.0)
+                    && unary(eg, t, UnaryOp::Tanh).into_iter().any(|inner| {
+                        binary(eg, inner, BinaryOp::Mul).into_iter().any(|(i0, kk)| {
+                            scalar_f32(eg, kk).is_some_and(|s| approx(s, k))
+                                && binary(eg, i0, BinaryOp::Add).into_iter().any(|(x1, c3)| {
+                                    same(eg, x1, x)
+                                        && binary(eg, c3, BinaryOp::Mul).into_iter().any(|(x3, k3)| scalar_f32(eg, k3).is_some_and(|s| approx(s, 0.044715)) && is_cube(eg, x3, x))
+                                })
+                        })
+                    })
+            });
+            if ok && shape(eg, x) == shape(eg, c) && !v.contains(&x) {
+                v.push(x);
+            }
+        }
+    }
+    v
+}
+
+/// Class `x3` holds `(x·x)·x` (any operand order).
+fn is_cube(eg: &TEGraph, x3: Id, x: Id) -> bool {
+    binary(eg, x3, BinaryOp::Mul).into_iter().any(|(x2, x1)| same(eg, x1, x) && has_binary(eg, x2, BinaryOp::Mul, x, x))
+}
+
+/// Operands `g` such that class `c` is `gelu_tanh(g)`, fused or in primitives.
+fn gelu_of(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let mut v: Vec<Id> = nodes_where(eg, c, |o| *o == Op::GeluTanh).map(|n| eg.find(n.children[0])).collect();
+    for g in gelu_primitive(eg, c) {
+        if !v.contains(&g) {
+            v.push(g);
+        }
+    }
+    v
+}
+
+fn fuse_gelu(eg: &TEGraph, c: Id) -> Vec<Id> {
+    gelu_primitive(eg, c).into_iter().filter(|&x| f32_all(eg, &[x])).collect()
+}
+
+fn fuse_gated_gelu(eg: &TEGraph, c: Id) -> Vec<(Id, Id)> {
+    let mut v = Vec::new();
+    for (a, u) in binary(eg, c, BinaryOp::Mul) {
+        for g in gelu_of(eg, a) {
+            if shape(eg, g) == shape(eg, u) && shape(eg, u) == shape(eg, c) && f32_all(eg, &[g, u]) && !v.contains(&(g, u)) {
+                v.push((g, u));
+            }
+        }
+    }
+    v
+}
+
+// ---- Softmax
+
+/// `x` with class `c` computing `exp(x − max(x)) / sum(exp(x − max(x)))` over the last axis.
+fn softmax_primitive(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let mut v = Vec::new();
+    for n in nodes_where(eg, c, |o| *o == Op::Binary(BinaryOp::Div)) {
+        let (e, s) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        if !reduce_last(eg, s, ReduceOp::Sum).contains(&e) {
+            continue;
+        }
+        for d in unary(eg, e, UnaryOp::Exp) {
+            for sub in nodes_where(eg, d, |o| *o == Op::Binary(BinaryOp::Sub)) {
+                let (x, m) = (eg.find(sub.children[0]), eg.find(sub.children[1]));
+                if reduce_last(eg, m, ReduceOp::Max).contains(&x) && shape(eg, x) == shape(eg, c) && !v.contains(&x) {
+                    v.push(x);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Operands `x` such that class `c` is `softmax(x)`, fused or in primitives.
+fn softmax_of(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let mut v: Vec<Id> = nodes_where(eg, c, |o| *o == Op::Softmax).map(|n| eg.find(n.children[0])).collect();
+    for x in softmax_primitive(eg, c) {
+        if !v.contains(&x) {
+            v.push(x);
+        }
+    }
+    v
+}
+
+fn fuse_softmax(eg: &TEGraph, c: Id) -> Vec<Id> {
+    softmax_primitive(eg, c).into_iter().filter(|&x| f32_all(eg, &[x]) && !shape(eg, x).is_empty()).collect()
+}
+
+// ---- RoPE (NeoX layout: the two halves of the last axis are the rotated pairs)
+
+/// Sources `x` of slice nodes in class `c` that take `x[.., start..end]` on the last axis.
+fn half_of(eg: &TEGraph, c: Id, start_is_half: bool) -> Vec<Id> {
+    let mut v = Vec::new();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::Slice { .. })) {
+        let Op::Slice { axis, start, end } = n.op else { continue };
+        let x = eg.find(n.children[0]);
+        let s = shape(eg, x);
+        let Some(&d) = s.last() else { continue };
+        let want = if start_is_half { (d / 2, d) } else { (0, d / 2) };
+        if axis + 1 == s.len() && d % 2 == 0 && d > 0 && (start, end) == want {
+            v.push(x);
+        }
+    }
+    v
+}
+
+fn fuse_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id)> {
+    let mut v = Vec::new();
+    let rank = shape(eg, c).len();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::Concat { .. })) {
+        let Op::Concat { axis } = n.op else { continue };
+        if n.children.len() != 2 || axis + 1 != rank {
+            continue;
+        }
+        let (o1, o2) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        for sub in nodes_where(eg, o1, |o| *o == Op::Binary(BinaryOp::Sub)) {
+            let (p, q) = (eg.find(sub.children[0]), eg.find(sub.children[1]));
+            for (x1, cos) in binary(eg, p, BinaryOp::Mul) {
+                for x in half_of(eg, x1, false) {
+                    for (x2, sin) in binary(eg, q, BinaryOp::Mul) {
+                        if !half_of(eg, x2, true).contains(&x) {
+                            continue;
+                        }
+                        let second = binary(eg, o2, BinaryOp::Add)
+                            .into_iter()
+                            .any(|(a, b)| has_binary(eg, a, BinaryOp::Mul, x2, cos) && has_binary(eg, b, BinaryOp::Mul, x1, sin));
+                        if second
+                            && shape(eg, x) == shape(eg, c)
+                            && f32_all(eg, &[x, cos, sin])
+                            && kernel_accepts(&Op::RopeNeox, &[shape(eg, x), shape(eg, cos), shape(eg, sin)])
+                            && !v.contains(&(x, cos, sin))
+                        {
+                            v.push((x, cos, sin));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+// ---- Attention
+
+type AttnMatch = (Id, Id, Id, Id, f64);
+
+fn attention_ok(eg: &TEGraph, c: Id, (q, k, v, m): (Id, Id, Id, Id)) -> bool {
+    f32_all(eg, &[q, k, v, m]) && kernel_accepts(&Op::Attention { scale_bits: 0 }, &[shape(eg, q), shape(eg, k), shape(eg, v), shape(eg, m)]) && shape(eg, c) == shape(eg, q)
+}
+
+fn fuse_attention(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, c, |o| *o == Op::MatMul { transpose_rhs: false }) {
+        let (p, v) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        for s in softmax_of(eg, p) {
+            for (t, m) in binary(eg, s, BinaryOp::Add) {
+                // Scores: q·kᵀ, or (q·kᵀ)·c for a scalar constant c.
+                let mut scores: Vec<(Id, f64)> = vec![(t, 1.0)];
+                for (t2, factor) in binary(eg, t, BinaryOp::Mul) {
+                    if let Some(sc) = scalar_f32(eg, factor) {
+                        if shape(eg, t2) == shape(eg, t) {
+                            scores.push((t2, sc));
+                        }
+                    }
+                }
+                for (t, scale) in scores {
+                    for mm in nodes_where(eg, t, |o| *o == Op::MatMul { transpose_rhs: true }) {
+                        let (q, k) = (eg.find(mm.children[0]), eg.find(mm.children[1]));
+                        if shape(eg, s) == shape(eg, t) && attention_ok(eg, c, (q, k, v, m)) && !out.contains(&(q, k, v, m, scale)) {
+                            out.push((q, k, v, m, scale));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn absorb_scale(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::Attention { .. })) {
+        let Op::Attention { scale_bits } = n.op else { continue };
+        let ch: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
+        for (q0, factor) in binary(eg, ch[0], BinaryOp::Mul) {
+            let Some(sc) = scalar_f32(eg, factor) else { continue };
+            let scale = f64::from_bits(scale_bits) * sc;
+            if shape(eg, q0) == shape(eg, ch[0]) && scale.is_finite() && scalar_f32(eg, q0).is_none() && !out.contains(&(q0, ch[1], ch[2], ch[3], scale)) {
+                out.push((q0, ch[1], ch[2], ch[3], scale));
+            }
+        }
+    }
+    out
+}
