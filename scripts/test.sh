@@ -11,3 +11,4 @@ export TG_EMBED_MODEL
 echo "model: $TG_MODEL"
 echo "embedding model: $TG_EMBED_MODEL"
 cargo test --workspace --release --locked "$@"
+bash scripts/test_python.sh   # the Python package: wheel in target/py-venv, pytest suite (docs/python.md)

@@ -6,11 +6,13 @@
 //! - `tg tokenize` shows token ids and pieces.
 //! - `tg bench-embed` measures embedding throughput (same workloads as the
 //!   sentence-transformers script).
+//! - `tg logits` prints the final-position logits of a prompt.
 //! - `tg embed` embeds texts with a sentence-transformers model (EmbeddingGemma).
 //! - `tg fetch-model` downloads the default model into the cache.
 
 mod bench;
 mod bench_embed;
+mod logits;
 mod model_path;
 
 use clap::{Parser, Subcommand};
@@ -64,6 +66,10 @@ enum Cmd {
         /// rounded to 8-bit blocks, integer dot products: faster, less exact).
         #[arg(long, value_enum, default_value_t = NumericsArg::Exact)]
         numerics: NumericsArg,
+        /// Switch compiler stages or rewrite rule families off (e.g. `--no-stage rewrite`,
+        /// `--no-stage rewrite:fusion.attention`); repeatable.
+        #[arg(long = "no-stage")]
+        no_stage: Vec<String>,
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
@@ -140,6 +146,8 @@ enum Cmd {
         /// Texts to embed; with none, each non-empty line of standard input is one text.
         texts: Vec<String>,
     },
+    /// Print the final-position logits of a prompt (table, JSON or raw f32 file).
+    Logits(logits::LogitsArgs),
     /// Download the default model into the cache and print its path.
     FetchModel,
 }
@@ -184,10 +192,11 @@ fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics, no_stage } => {
             let t0 = std::time::Instant::now();
+            let opts = bench::compile_options(numerics, &no_stage)?;
             let mut m = load(model, threads)?;
-            m.set_compile_options(numerics.options());
+            m.set_compile_options(opts);
             let load_ms = t0.elapsed().as_secs_f64() * 1e3;
             let ids = m.tokenizer.encode(&prompt, !no_bos, true);
             let params = SamplingParams { temperature, top_k, top_p, seed };
@@ -280,6 +289,7 @@ fn run(cli: Cli) -> Res<()> {
         Cmd::Embed { model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts } => {
             embed(model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts)
         }
+        Cmd::Logits(args) => logits::run(args),
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
             Ok(())
