@@ -120,6 +120,8 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
                 BinaryOp::Add => a + c,
                 BinaryOp::Sub => a - c,
                 BinaryOp::Mul => a * c,
+                // Integer division truncates toward zero; an integer division by zero is 0.
+                BinaryOp::Div if n.dtype == DType::I32 && c == 0.0 => 0.0,
                 BinaryOp::Div => a / c,
                 BinaryOp::Max => a.max(c),
                 BinaryOp::Min => a.min(c),

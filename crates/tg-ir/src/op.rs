@@ -34,7 +34,7 @@ pub enum BinaryOp {
     Sub,
     /// `a * b`
     Mul,
-    /// `a / b`
+    /// `a / b`; on i32, truncated toward zero, and 0 where `b` is 0.
     Div,
     /// `max(a, b)`
     Max,

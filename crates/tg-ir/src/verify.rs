@@ -21,6 +21,20 @@ fn arity(op: &Op, ins: &[(&[usize], DType)], n: usize) -> Result<(), IrError> {
 /// dtypes. `declared` is the node's own shape/dtype, required by ops that take them from
 /// the node (sources, reshape, expand) and ignored otherwise.
 pub fn infer(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
+    let (shape, dtype) = infer_shape(op, ins, declared)?;
+    // Every later stage sizes buffers as elements × element bytes: refuse shapes whose byte
+    // size does not fit (quantized rows are smaller than 8 bytes per element).
+    let bytes = shape.iter().try_fold(8usize, |acc, &d| acc.checked_mul(d));
+    match bytes {
+        Some(b) if b <= MAX_TENSOR_BYTES => Ok((shape, dtype)),
+        _ => Err(shape_err(op, format!("shape {shape:?} is too large (more than {MAX_TENSOR_BYTES} bytes)"))),
+    }
+}
+
+/// Largest tensor the IR accepts, in bytes (2^47: far beyond any memory, far below overflow).
+pub const MAX_TENSOR_BYTES: usize = 1 << 47;
+
+fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
     let need_decl = || declared.ok_or_else(|| shape_err(op, "needs a declared shape".into()));
     match op {
         Op::Input { .. } | Op::Weight { .. } => {

@@ -99,3 +99,39 @@ fn interpreter_reports_missing_inputs_and_bad_indices() {
     let e = eval(&g, &inputs, &HashMap::new()).unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
 }
+
+/// Shapes whose byte size would overflow later buffer arithmetic are refused when built.
+#[test]
+fn oversized_shapes_are_refused() {
+    let mut b = tg_ir::GraphBuilder::new();
+    let e = b.input("x", &[1 << 40, 1 << 40], tg_ir::DType::F32).unwrap_err().to_string();
+    assert!(e.contains("too large"), "{e}");
+    // The limit is 2^47 bytes at 8 bytes per element: 2^44 elements pass, 2^45 do not, and
+    // an op whose output would exceed it is refused too.
+    let big = b.input("z", &[1 << 22, 1 << 22], tg_ir::DType::F32).unwrap();
+    assert!(b.matmul(big, big, false).is_ok(), "2^44 elements is the limit");
+    let e = b.input("w", &[1 << 22, 1 << 23], tg_ir::DType::F32).unwrap_err().to_string();
+    assert!(e.contains("too large"), "{e}");
+    let col = b.input("c", &[1 << 23, 1], tg_ir::DType::F32).unwrap();
+    let row = b.input("r", &[1, 1 << 23], tg_ir::DType::F32).unwrap();
+    let e = b.mul(col, row).unwrap_err().to_string();
+    assert!(e.contains("mul") && e.contains("too large"), "{e}");
+}
+
+/// Integer division truncates toward zero and gives 0 for a zero divisor, in the reference
+/// interpreter as in the CPU kernel.
+#[test]
+fn integer_division_semantics() {
+    let mut b = tg_ir::GraphBuilder::new();
+    let a = b.input("a", &[4], tg_ir::DType::I32).unwrap();
+    let c = b.input("c", &[4], tg_ir::DType::I32).unwrap();
+    let q = b.div(a, c).unwrap();
+    b.output("q", q).unwrap();
+    let g = b.finish().unwrap();
+    let mut inputs = std::collections::HashMap::new();
+    inputs.insert("a".to_string(), tg_ir::HostTensor::i32(&[4], vec![7, -7, 5, i32::MIN]).unwrap());
+    inputs.insert("c".to_string(), tg_ir::HostTensor::i32(&[4], vec![2, 2, 0, -1]).unwrap());
+    let w: std::collections::HashMap<String, Vec<u8>> = Default::default();
+    let out = tg_ir::interp::eval(&g, &inputs, &w).unwrap();
+    assert_eq!(out["q"].data, vec![3.0, -3.0, 0.0, i32::MIN as f64]);
+}
