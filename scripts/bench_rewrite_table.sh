@@ -20,9 +20,10 @@ trap 'rm -rf "$OUT"' EXIT
 rows=(
   "baseline (no rewrite)|--no-stage rewrite"
   "+ layout, simplify|--no-stage rewrite:fusion"
-  "+ fused RMSNorm|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.gelu --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused GELU (gated)|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused RoPE|--no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused RMSNorm|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.gelu --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused GELU (gated)|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused RoPE|--no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused q/k-norm + RoPE|--no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
   "+ fused softmax|--no-stage rewrite:fusion.attention"
   "+ fused attention (all rules)|"
 )

@@ -216,10 +216,11 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let ids = l.operand(n.inputs[1]);
                 l.emit(i, n, Kernel::Gather, vec![t, ids], shape, n.dtype)?
             }
-            Op::RmsNorm { .. } | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } => {
+            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } => {
                 let k = match &n.op {
                     Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
                     Op::RopeNeox => Kernel::RopeNeox,
+                    Op::RmsNormRopeNeox { eps_bits } => Kernel::RmsNormRopeNeox { eps_bits: *eps_bits },
                     Op::GeluTanh => Kernel::GeluTanh,
                     Op::GatedGelu => Kernel::GatedGelu,
                     Op::Softmax => Kernel::Softmax,

@@ -95,6 +95,15 @@ fn rope_neox_from_a_permuted_view() {
         let y = c.b.push(Op::RopeNeox, &[x, cos, sin], None).unwrap();
         let (g, i) = c.finish(y);
         check(&format!("rope_neox {seq}x{heads}x{d}"), &g, &i, 1e-12);
+
+        let mut c = Case::new(seed + 100);
+        let x = c.input("x", &[seq, heads, d], -2.0, 2.0);
+        let w = c.input("w", &[d], 0.5, 1.5);
+        let cos = c.input("cos", &[seq, 1, d / 2], -1.0, 1.0);
+        let sin = c.input("sin", &[seq, 1, d / 2], -1.0, 1.0);
+        let y = c.b.push(Op::RmsNormRopeNeox { eps_bits: 1e-6f64.to_bits() }, &[x, w, cos, sin], None).unwrap();
+        let (g, i) = c.finish(y);
+        check(&format!("rms_norm_rope_neox {seq}x{heads}x{d}"), &g, &i, 1e-12);
     }
 }
 

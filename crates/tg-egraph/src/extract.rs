@@ -81,6 +81,7 @@ impl CostModel for KernelCost {
             Op::Concat { .. } | Op::Gather => kernel(0.0),
             Op::RmsNorm { .. } => kernel(4.0 * n),
             Op::RopeNeox => kernel(6.0 * n),
+            Op::RmsNormRopeNeox { .. } => kernel(10.0 * n),
             Op::GeluTanh => kernel(14.0 * n),
             Op::GatedGelu => kernel(15.0 * n),
             Op::Softmax => kernel(13.0 * n),

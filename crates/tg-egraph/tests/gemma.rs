@@ -74,9 +74,11 @@ fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config) -> tg_egraph::
     assert!(s.millis < limit_ms, "{what}: saturation took {:.0} ms", s.millis);
     let l = cfg.n_layer;
     let f = &out.report.fused;
-    // Six norms per block (input, q, k, post-attention, pre-FFN, post-FFN) and the final one.
-    assert_eq!(f.get("rms_norm"), Some(&(6 * l + 1)), "{what}: {f:?}");
-    assert_eq!(f.get("rope_neox"), Some(&(2 * l)), "{what}: {f:?}");
+    // Six norms per block (input, q, k, post-attention, pre-FFN, post-FFN) and the final one;
+    // the q and k norms are fused with their RoPE.
+    assert_eq!(f.get("rms_norm"), Some(&(4 * l + 1)), "{what}: {f:?}");
+    assert_eq!(f.get("rms_norm_rope_neox"), Some(&(2 * l)), "{what}: {f:?}");
+    assert_eq!(f.get("rope_neox"), None, "{what}: every RoPE follows a q/k norm: {f:?}");
     assert_eq!(f.get("attention"), Some(&l), "{what}: {f:?}");
     assert_eq!(f.get("gated_gelu"), Some(&l), "{what}: {f:?}");
     assert_eq!(f.get("softmax"), None, "{what}: softmax is inside attention: {f:?}");

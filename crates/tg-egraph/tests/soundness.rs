@@ -357,6 +357,15 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 p::fused(b, Op::RopeNeox, &[x[0], x[1], x[2]])
             })
         }),
+        ("fuse-rmsnorm-rope", |rng| {
+            let (seq, heads, h) = (rng.gen_range(1..6), rng.gen_range(1..4), rng.gen_range(1..6));
+            let eps: f64 = [1e-6, 0.5][rng.gen_range(0..2)];
+            let t = vec![seq, 1, h];
+            case(&[vec![seq, heads, 2 * h], t.clone(), t], &[vec![2 * h]], &|b, x, w| {
+                let y = p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x[0], w[0]])?;
+                p::fused(b, Op::RopeNeox, &[y, x[1], x[2]])
+            }, &|b, x, w| p::fused(b, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x[0], w[0], x[1], x[2]]))
+        }),
         ("fuse-attention", |rng| {
             let (nkv, g, sq, d) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..6));
             let sk = sq + rng.gen_range(0..3);

@@ -269,6 +269,30 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
             out(data)
         }
+        Op::RmsNormRopeNeox { eps_bits } => {
+            let x = dense(0)?;
+            let w = broadcast_to(&dense(1)?, &n.shape);
+            let d = *n.shape.last().unwrap_or(&2);
+            let h = d / 2;
+            let mut half = n.shape.clone();
+            if let Some(l) = half.last_mut() {
+                *l = h;
+            }
+            let (c, sn) = (broadcast_to(&dense(2)?, &half), broadcast_to(&dense(3)?, &half));
+            let eps = f64::from_bits(*eps_bits);
+            let mut data = vec![0f64; x.data.len()];
+            for r in 0..x.data.len() / d.max(1) {
+                let row = &x.data[r * d..(r + 1) * d];
+                let inv = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt();
+                let y: Vec<f64> = (0..d).map(|j| row[j] * inv * w[r * d + j]).collect();
+                for i in 0..h {
+                    let (cc, ss) = (c[r * h + i], sn[r * h + i]);
+                    data[r * d + i] = y[i] * cc - y[i + h] * ss;
+                    data[r * d + i + h] = y[i + h] * cc + y[i] * ss;
+                }
+            }
+            out(data)
+        }
         Op::RopeNeox => {
             let x = dense(0)?;
             let d = *n.shape.last().unwrap_or(&2);

@@ -22,7 +22,7 @@ pub use graph::{Graph, GraphBuilder, Node, NodeId, Tensor, WeightInfo};
 pub use host::{f32_bytes, HostData, HostTensor, WeightStore};
 pub use op::{BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
 pub use shape::{broadcast_shapes, Shape};
-pub use verify::{infer, verify};
+pub use verify::{infer, verify, MAX_TENSOR_BYTES};
 
 use thiserror::Error;
 

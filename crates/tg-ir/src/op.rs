@@ -170,6 +170,13 @@ pub enum Op {
     /// `[x₁·cos − x₂·sin, x₂·cos + x₁·sin]` with `x₁ = x[..d/2]`, `x₂ = x[d/2..]`. Inputs
     /// `[x, cos, sin]`; `cos`/`sin` broadcast to `x`'s shape with last dim `d/2`. f32.
     RopeNeox,
+    /// Per-head RMSNorm followed by NeoX RoPE (the q/k-norm + RoPE of Gemma-style
+    /// attention): `rope_neox(rms_norm_ε(x, w), cos, sin)`. Inputs `[x, w, cos, sin]` with the
+    /// shapes of [`Op::RmsNorm`] and [`Op::RopeNeox`]. f32.
+    RmsNormRopeNeox {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
     /// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`. Inputs `[x]`.
     GeluTanh,
     /// Gated GELU: `gelu_tanh(gate) · up`. Inputs `[gate, up]` of equal shape.
@@ -215,6 +222,7 @@ impl Op {
             Op::Gather => "gather".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::RopeNeox => "rope_neox".into(),
+            Op::RmsNormRopeNeox { .. } => "rms_norm_rope_neox".into(),
             Op::GeluTanh => "gelu_tanh".into(),
             Op::GatedGelu => "gated_gelu".into(),
             Op::Softmax => "softmax".into(),
@@ -224,7 +232,7 @@ impl Op {
 
     /// True for the fused ops (rewrite targets, never built by model definitions).
     pub fn is_fused(&self) -> bool {
-        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. })
+        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. })
     }
 
     /// True for ops with no inputs whose value comes from outside or from attributes.

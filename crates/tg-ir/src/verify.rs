@@ -270,6 +270,12 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             }
             Ok((x.to_vec(), DType::F32))
         }
+        Op::RmsNormRopeNeox { .. } => {
+            arity(op, ins, 4)?;
+            let (s, _) = infer_shape(&Op::RmsNorm { eps_bits: 0 }, &ins[..2], None).map_err(|e| retag(e, op))?;
+            let rope_ins = [(s.as_slice(), DType::F32), ins[2], ins[3]];
+            infer_shape(&Op::RopeNeox, &rope_ins, None).map_err(|e| retag(e, op))
+        }
         Op::GeluTanh | Op::Softmax => {
             arity(op, ins, 1)?;
             all_f32(op, ins)?;
@@ -311,6 +317,15 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             s.extend([sq, dv]);
             Ok((s, DType::F32))
         }
+    }
+}
+
+/// The same error under the name of the fused op that delegated the check.
+fn retag(e: IrError, op: &Op) -> IrError {
+    match e {
+        IrError::Shape { detail, .. } => IrError::Shape { op: op.name(), detail },
+        IrError::DType { detail, .. } => IrError::DType { op: op.name(), detail },
+        other => other,
     }
 }
 

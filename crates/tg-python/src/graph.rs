@@ -54,13 +54,8 @@ impl GraphState {
             self.check_id(i)?;
         }
         let ins: Vec<(&[usize], DType)> = inputs.iter().map(|&i| (self.graph.nodes[i].shape.as_slice(), self.graph.nodes[i].dtype)).collect();
+        // `infer` also refuses shapes too large to size as buffers (`tg_ir::MAX_TENSOR_BYTES`).
         let (shape, dtype) = tg_ir::infer(&op, &ins, declared.as_ref().map(|(s, d)| (s.as_slice(), *d))).map_err(errors::ir)?;
-        // The compiler sizes buffers with plain arithmetic: refuse shapes whose byte size
-        // does not fit (they could never be allocated anyway).
-        let bytes = shape.iter().try_fold(4usize, |acc, &d| acc.checked_mul(d));
-        if bytes.is_none_or(|b| b > isize::MAX as usize) {
-            return Err(err(Kind::Shape, format!("{}: shape {shape:?} has too many elements", op.name())));
-        }
         self.graph.nodes.push(Node { op, inputs: inputs.to_vec(), shape, dtype });
         Ok(self.graph.nodes.len() - 1)
     }
@@ -309,6 +304,7 @@ impl GraphCore {
         let op = match name {
             "rms_norm" => Op::RmsNorm { eps_bits: need("an epsilon")?.to_bits() },
             "rope_neox" => Op::RopeNeox,
+            "rms_norm_rope_neox" => Op::RmsNormRopeNeox { eps_bits: need("an epsilon")?.to_bits() },
             "gelu_tanh" => Op::GeluTanh,
             "gated_gelu" => Op::GatedGelu,
             "softmax" => Op::Softmax,

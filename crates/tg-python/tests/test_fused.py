@@ -61,6 +61,20 @@ def test_rope_neox(rng):
     check(out["y"], ref["y"], np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1))
 
 
+def test_rms_norm_rope_neox(rng):
+    x = rng.standard_normal((4, 2, 16)).astype(np.float32)  # [seq, heads, d]
+    w = rng.uniform(0.5, 1.5, 16).astype(np.float32)
+    theta = np.arange(4, dtype=np.float64)[:, None, None] * (10000.0 ** (-np.arange(8) / 8))[None, None, :]
+    cos, sin = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)  # [4, 1, 8]
+    g = tg.Graph()
+    g.output("y", fused.rms_norm_rope_neox(g.input("x", x.shape), g.constant(w), g.input("c", cos.shape), g.input("s", sin.shape), eps=1e-6))
+    out, ref = run_both(g, {"x": x, "c": cos, "s": sin})
+    xs, c, s = x.astype(np.float64), cos.astype(np.float64), sin.astype(np.float64)
+    y = xs / np.sqrt((xs**2).mean(-1, keepdims=True) + float(np.float64(1e-6))) * w
+    y1, y2 = y[..., :8], y[..., 8:]
+    check(out["y"], ref["y"], np.concatenate([y1 * c - y2 * s, y2 * c + y1 * s], -1))
+
+
 def test_gelu_and_gated_gelu(rng):
     a = rng.uniform(-4, 4, (5, 33)).astype(np.float32)
     b = rng.standard_normal((5, 33)).astype(np.float32)

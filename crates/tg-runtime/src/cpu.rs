@@ -349,6 +349,17 @@ impl Device for CpuDevice {
                 let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
                 need(ok(&ins[1]) && ok(&ins[2]), || "rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
             }
+            Kernel::RmsNormRopeNeox { .. } => {
+                arity(4)?;
+                fused_f32(ins)?;
+                same_shape(&ins[..1], out)?;
+                need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
+                let (seq, d) = (out.shape[0], out.shape[2]);
+                let half = d / 2;
+                need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;
+                let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
+                need(ok(&ins[2]) && ok(&ins[3]), || "rms_norm_rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
+            }
             Kernel::GeluTanh | Kernel::Softmax => {
                 arity(1)?;
                 fused_f32(ins)?;
@@ -635,6 +646,12 @@ impl Device for CpuDevice {
                 let (x, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 tg_kernels::rope_neox(x, c, sn, seq, heads, d, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::RmsNormRopeNeox { eps_bits } => {
+                let (seq, heads, d) = (out.shape[0], out.shape[1], out.shape[2]);
+                let (x, w, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                tg_kernels::rms_norm_rope_neox(x, w, c, sn, seq, heads, d, f64::from_bits(*eps_bits) as f32, o).map_err(|e| e.to_string())?;
             }
             Kernel::GeluTanh => {
                 let x = f32_in(ins, 0)?;

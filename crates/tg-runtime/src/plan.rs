@@ -133,6 +133,12 @@ pub enum Kernel {
     },
     /// Fused NeoX RoPE: `x [seq, heads, d]`, `cos`/`sin` with `seq · d/2` elements.
     RopeNeox,
+    /// Fused per-head RMSNorm + NeoX RoPE: `x [seq, heads, d]`, `w` of `d` elements,
+    /// `cos`/`sin` as for [`Kernel::RopeNeox`].
+    RmsNormRopeNeox {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
     /// Fused GELU (tanh approximation).
     GeluTanh,
     /// Fused `gelu_tanh(gate) · up`.
@@ -168,6 +174,7 @@ impl Kernel {
             Kernel::Gather => "gather".into(),
             Kernel::RmsNorm { .. } => "rms_norm".into(),
             Kernel::RopeNeox => "rope_neox".into(),
+            Kernel::RmsNormRopeNeox { .. } => "rms_norm_rope_neox".into(),
             Kernel::GeluTanh => "gelu_tanh".into(),
             Kernel::GatedGelu => "gated_gelu".into(),
             Kernel::Softmax => "softmax".into(),

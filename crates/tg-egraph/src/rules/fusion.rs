@@ -19,6 +19,9 @@ pub(super) fn rules() -> Vec<Rule> {
         rule("fuse-rope-neox", "fusion.rope", "concat(x₁·cos − x₂·sin, x₂·cos + x₁·sin) with [x₁, x₂] = halves of x = rope_neox(x, cos, sin)", fuse_rope, |eg, _, &(x, c, s)| {
             add_op(eg, Op::RopeNeox, &[x, c, s])
         }),
+        rule("fuse-rmsnorm-rope", "fusion.qknorm-rope", "rope_neox(rms_norm_ε(x, w), cos, sin) = rms_norm_rope_neox_ε(x, w, cos, sin)", fuse_rmsnorm_rope, |eg, _, &(x, w, c, s, eps)| {
+            add_op(eg, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x, w, c, s])
+        }),
         rule("fuse-attention", "fusion.attention", "softmax(s·(q·kᵀ) + m)·v = attention_s(q, k, v, m) (s = 1 when unscaled)", fuse_attention, |eg, _, &(q, k, v, m, s)| {
             add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
         }),
@@ -33,6 +36,7 @@ pub(super) fn rules() -> Vec<Rule> {
 /// - `RmsNorm`: the weight holds exactly one row of the last dim (numel `n`, last dim `n`);
 /// - `RopeNeox`: `x` is `[seq, heads, d]` with `d` even, `cos`/`sin` are `[seq, 1, d/2]`
 ///   (one row per position, broadcast over heads);
+/// - `RmsNormRopeNeox`: `x`, `cos`, `sin` as for `RopeNeox`, the weight one row of `d`;
 /// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
 ///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
 ///   broadcasts to the scores);
@@ -46,6 +50,9 @@ pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
                 let want = [x[0], 1, x[2] / 2];
                 **c == want && **s == want
             }
+        }
+        (Op::RmsNormRopeNeox { .. }, [x, w, c, s]) => {
+            kernel_accepts(&Op::RopeNeox, &[x, c, s]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[x, w])
         }
         (Op::Attention { .. }, [q, k, v, m]) => {
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {
@@ -253,6 +260,27 @@ fn fuse_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id)> {
                         }
                     }
                 }
+            }
+        }
+    }
+    v
+}
+
+/// `(x, w, cos, sin, ε)` with class `c` computing `rope_neox(rms_norm_ε(x, w), cos, sin)`
+/// from the fused nodes the other two rules add.
+fn fuse_rmsnorm_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
+    let mut v = Vec::new();
+    for r in nodes_where(eg, c, |o| *o == Op::RopeNeox) {
+        let (y, cos, sin) = (eg.find(r.children[0]), eg.find(r.children[1]), eg.find(r.children[2]));
+        for n in nodes_where(eg, y, |o| matches!(o, Op::RmsNorm { .. })) {
+            let Op::RmsNorm { eps_bits } = n.op else { continue };
+            let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
+            let m = (x, w, cos, sin, f64::from_bits(eps_bits));
+            if f32_all(eg, &[x, w, cos, sin])
+                && kernel_accepts(&Op::RmsNormRopeNeox { eps_bits }, &[shape(eg, x), shape(eg, w), shape(eg, cos), shape(eg, sin)])
+                && !v.contains(&m)
+            {
+                v.push(m);
             }
         }
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._graph import Operand, Tensor, _operands
 
-__all__ = ["rms_norm", "rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention"]
+__all__ = ["rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention"]
 
 
 def _fused(name: str, xs, attr=None) -> Tensor:
@@ -28,6 +28,11 @@ def rope_neox(x: Tensor, cos: Operand, sin: Operand) -> Tensor:
     ``x1, x2 = x[..., :d/2], x[..., d/2:]``, ``concat(x1*cos - x2*sin, x2*cos + x1*sin)``;
     ``cos``/``sin`` broadcast to ``x.shape[:-1] + (d/2,)``."""
     return _fused("rope_neox", (x, cos, sin))
+
+
+def rms_norm_rope_neox(x: Tensor, w: Operand, cos: Operand, sin: Operand, eps: float = 1e-6) -> Tensor:
+    """``rope_neox(rms_norm(x, w, eps), cos, sin)``: the per-head q/k norm followed by RoPE."""
+    return _fused("rms_norm_rope_neox", (x, w, cos, sin), float(eps))
 
 
 def gelu_tanh(x: Tensor) -> Tensor:
