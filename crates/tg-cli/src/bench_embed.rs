@@ -94,7 +94,10 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
         m.set_profiling(a.profile);
         let long = exact_token_text(&m, &words, 512)?;
         let short_refs: Vec<&str> = short.iter().map(String::as_str).collect();
-        let short_tokens: usize = short_refs.iter().map(|s| m.tokenize(s, None).map(|v| v.len())).sum::<Result<usize, _>>().map_err(|e| e.to_string())?;
+        let mut short_tokens = 0usize;
+        for s in &short_refs {
+            short_tokens += m.tokenize(s, None).map_err(|e| e.to_string())?.len();
+        }
         for (name, texts, tokens) in [("batch32", short_refs.clone(), short_tokens), ("single512", vec![long.as_str()], 512usize)] {
             m.embed(&texts, None, None).map_err(|e| e.to_string())?; // warm-up, compiles the plans
             let mut secs = Vec::with_capacity(a.reps);
@@ -118,7 +121,7 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
             if a.profile {
                 let all: u64 = per_kernel.values().map(|v| v.0).sum();
                 let mut rows: Vec<_> = per_kernel.into_iter().collect();
-                rows.sort_by(|x, y| y.1 .0.cmp(&x.1 .0));
+                rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
                 eprintln!("profile {name}, {t} threads: {:.2} ms per run in plan steps", all as f64 / a.reps as f64 / 1e6);
                 for (k, (ns, n)) in rows {
                     eprintln!("  {k:<20} {:>9.3} ms {:>6.1}%  ({} steps/run)", ns as f64 / a.reps as f64 / 1e6, 100.0 * ns as f64 / all.max(1) as f64, n / a.reps);

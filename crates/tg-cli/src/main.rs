@@ -421,7 +421,7 @@ fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_
     }
     let all: u64 = totals.values().map(|v| v.0).sum();
     let mut rows: Vec<_> = totals.into_iter().collect();
-    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
     println!("profile ({reps} runs, {seq} tokens): {:.2} ms per run", all as f64 / reps as f64 / 1e6);
     for (k, (t, n)) in rows {
         println!("  {k:<20} {:>9.3} ms {:>6.1}%  ({} steps/run)", t as f64 / reps as f64 / 1e6, 100.0 * t as f64 / all.max(1) as f64, n / reps);

@@ -120,7 +120,9 @@ fn bad_options_and_requests_are_errors() {
 #[test]
 fn malformed_model_folders_are_clear_errors() {
     let Some(m) = model() else { return };
-    let cases: Vec<(&str, Vec<(&str, Vec<u8>)>, &str)> = vec![
+    // (variant name, files replaced in the copy, text the error must contain)
+    type Case<'a> = (&'a str, Vec<(&'a str, Vec<u8>)>, &'a str);
+    let cases: Vec<Case> = vec![
         ("model-type", vec![("config.json", json_edit(&m, "config.json", |v| v["model_type"] = "llama".into()))], "model_type is 'llama'"),
         ("softcap", vec![("config.json", json_edit(&m, "config.json", |v| v["attn_logit_softcapping"] = 50.0.into()))], "attn_logit_softcapping"),
         ("heads", vec![("config.json", json_edit(&m, "config.json", |v| v["num_attention_heads"] = 4.into()))], "self_attn.q_proj.weight"),

@@ -119,7 +119,7 @@ fn attention_grouped_with_causal_and_window_masks() {
         for i in 0..sq {
             let p = sk - sq + i;
             for j in 0..sk {
-                let visible = j <= p && window.map_or(true, |w| p - j < w);
+                let visible = j <= p && window.is_none_or(|w| p - j < w);
                 m[i * sk + j] = if visible { 0.0 } else { f32::NEG_INFINITY };
             }
         }

@@ -348,16 +348,14 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
             }
         }
         match &n.op {
-            Op::Input { name } => {
-                if !names.insert(format!("input:{name}")) {
+            Op::Input { name }
+                if !names.insert(format!("input:{name}")) => {
                     return Err(IrError::Name(format!("input '{name}' declared twice")));
                 }
-            }
-            Op::Weight { name } => {
-                if !names.insert(format!("weight:{name}")) {
+            Op::Weight { name }
+                if !names.insert(format!("weight:{name}")) => {
                     return Err(IrError::Name(format!("weight '{name}' declared twice")));
                 }
-            }
             _ => {}
         }
         let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();

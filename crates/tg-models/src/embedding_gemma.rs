@@ -103,7 +103,7 @@ fn get_f64(v: &Value, key: &str, path: &Path) -> Result<f64, ModelError> {
 }
 
 fn is_unset(v: &Value, key: &str) -> bool {
-    v.get(key).map_or(true, Value::is_null)
+    v.get(key).is_none_or(Value::is_null)
 }
 
 /// RoPE base of one layer kind, from `rope_parameters` (transformers ≥ 5) or the older
@@ -194,7 +194,7 @@ impl Gemma3Config {
             norm_offset: 1.0,
             causal: !v.get("use_bidirectional_attention").and_then(Value::as_bool).unwrap_or(false),
         };
-        if cfg.n_head == 0 || cfg.n_head_kv == 0 || cfg.n_head % cfg.n_head_kv != 0 || cfg.head_dim % 2 != 0 || cfg.n_layer == 0 {
+        if cfg.n_head == 0 || cfg.n_head_kv == 0 || !cfg.n_head.is_multiple_of(cfg.n_head_kv) || !cfg.head_dim.is_multiple_of(2) || cfg.n_layer == 0 {
             return Err(bad(path, format!("unsupported head layout: {} query heads, {} kv heads, head dim {}", cfg.n_head, cfg.n_head_kv, cfg.head_dim)));
         }
         Ok(cfg)
@@ -600,7 +600,7 @@ impl EmbeddingGemma {
         for (i, s) in seqs.iter().enumerate() {
             ids.extend(s.iter().map(|&t| t as i32));
             pos.extend(0..s.len() as i32);
-            seg.extend(std::iter::repeat(i as i32).take(s.len()));
+            seg.extend(std::iter::repeat_n(i as i32, s.len()));
         }
         self.prepare(total, seqs.len(), dim)?;
         let exe = self.plans.get_mut(&(total, seqs.len(), dim)).ok_or_else(|| ModelError::Request("plan missing".into()))?;

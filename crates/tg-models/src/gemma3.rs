@@ -97,7 +97,7 @@ impl Gemma3Config {
             norm_offset: 0.0,
             causal: true,
         };
-        if cfg.n_head == 0 || cfg.n_head_kv == 0 || cfg.n_head % cfg.n_head_kv != 0 || cfg.head_dim % 2 != 0 {
+        if cfg.n_head == 0 || cfg.n_head_kv == 0 || !cfg.n_head.is_multiple_of(cfg.n_head_kv) || !cfg.head_dim.is_multiple_of(2) {
             return Err(ModelError::Architecture {
                 file: f.name().to_string(),
                 detail: format!("unsupported head layout: {} query heads, {} kv heads, head dim {}", cfg.n_head, cfg.n_head_kv, cfg.head_dim),
@@ -110,7 +110,7 @@ impl Gemma3Config {
     pub fn is_global(&self, layer: usize) -> bool {
         match &self.layer_global {
             Some(v) => v.get(layer).copied().unwrap_or(false),
-            None => (layer + 1) % self.swa_pattern == 0,
+            None => (layer + 1).is_multiple_of(self.swa_pattern),
         }
     }
 

@@ -145,7 +145,7 @@ fn kernels_match_reference_interpreter() {
     let g = m.graph(total, 2, 768).unwrap();
     let ids: Vec<i32> = a.iter().chain(&b).map(|&t| t as i32).collect();
     let pos: Vec<i32> = (0..a.len() as i32).chain(0..b.len() as i32).collect();
-    let seg: Vec<i32> = std::iter::repeat(0).take(a.len()).chain(std::iter::repeat(1).take(b.len())).collect();
+    let seg: Vec<i32> = std::iter::repeat_n(0, a.len()).chain(std::iter::repeat_n(1, b.len())).collect();
     let mut inputs = HashMap::new();
     inputs.insert("tokens".to_string(), tg_ir::HostTensor::i32(&[total], ids).unwrap());
     inputs.insert("positions".to_string(), tg_ir::HostTensor::i32(&[total], pos).unwrap());

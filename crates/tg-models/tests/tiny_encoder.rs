@@ -80,7 +80,7 @@ fn packed(seqs: &[Vec<i32>]) -> HashMap<String, HostTensor> {
     let total: usize = seqs.iter().map(Vec::len).sum();
     let ids: Vec<i32> = seqs.iter().flatten().copied().collect();
     let pos: Vec<i32> = seqs.iter().flat_map(|s| 0..s.len() as i32).collect();
-    let seg: Vec<i32> = seqs.iter().enumerate().flat_map(|(i, s)| std::iter::repeat(i as i32).take(s.len())).collect();
+    let seg: Vec<i32> = seqs.iter().enumerate().flat_map(|(i, s)| std::iter::repeat_n(i as i32, s.len())).collect();
     let mut m = HashMap::new();
     m.insert("tokens".to_string(), HostTensor::i32(&[total], ids).unwrap());
     m.insert("positions".to_string(), HostTensor::i32(&[total], pos).unwrap());

@@ -344,7 +344,7 @@ impl Device for CpuDevice {
                 arity(3)?;
                 fused_f32(ins)?;
                 same_shape(&ins[..1], out)?;
-                need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rope_neox: x must be [seq, heads, even d]".into())?;
+                need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
                 let (seq, half) = (out.shape[0], out.shape[2] / 2);
                 let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
                 need(ok(&ins[1]) && ok(&ins[2]), || "rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
@@ -353,7 +353,7 @@ impl Device for CpuDevice {
                 arity(4)?;
                 fused_f32(ins)?;
                 same_shape(&ins[..1], out)?;
-                need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
+                need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
                 let (seq, d) = (out.shape[0], out.shape[2]);
                 let half = d / 2;
                 need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;

@@ -124,7 +124,7 @@ impl Dtype {
 
     /// Bytes per element, or `None` for the packed sub-byte types.
     pub const fn byte_size(self) -> Option<usize> {
-        if self.bits() % 8 == 0 {
+        if self.bits().is_multiple_of(8) {
             Some(self.bits() / 8)
         } else {
             None
@@ -135,7 +135,7 @@ impl Dtype {
     /// bytes (sub-byte types) or does not fit in `u64`.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
         let bits = u128::from(n_elements) * self.bits() as u128;
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return None;
         }
         u64::try_from(bits / 8).ok()

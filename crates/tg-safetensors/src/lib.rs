@@ -332,7 +332,7 @@ impl<'a> TensorView<'a> {
         }
         let align = std::mem::align_of::<f32>();
         let address = self.data.as_ptr() as usize;
-        if address % align != 0 {
+        if !address.is_multiple_of(align) {
             return Err(SafetensorsError::Misaligned {
                 file: self.file.to_string(),
                 tensor: self.name.to_string(),

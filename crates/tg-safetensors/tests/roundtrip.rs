@@ -24,7 +24,7 @@ fn random_shape(rng: &mut ChaCha8Rng, dtype: Dtype) -> Vec<usize> {
             shape[i] = 0;
         }
         let n: usize = shape.iter().product();
-        if (n * dtype.bits()) % 8 == 0 {
+        if (n * dtype.bits()).is_multiple_of(8) {
             return shape;
         }
     }
