@@ -64,7 +64,8 @@ struct Row {
     samples_ns: Vec<u64>,
 }
 
-fn mean_std(v: &[f64]) -> (f64, f64) {
+/// Mean and sample standard deviation (0 for a single sample).
+pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let m = v.iter().sum::<f64>() / n;
     let var = if v.len() > 1 { v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0) } else { 0.0 };

@@ -9,6 +9,7 @@
 //! Times are end to end (tokenization included), after one warm-up call that also compiles
 //! and caches the plans; `-r` timed repetitions give the mean and sample standard deviation.
 
+use crate::bench::mean_std;
 use crate::model_path;
 use clap::Args;
 use std::path::PathBuf;
@@ -35,13 +36,6 @@ pub struct BenchEmbedArgs {
     /// Also time every plan step and print the time per kernel kind for each workload.
     #[arg(long)]
     profile: bool,
-}
-
-fn mean_std(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n;
-    let var = if v.len() > 1 { v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0) } else { 0.0 };
-    (m, var.sqrt())
 }
 
 /// The deterministic text of exactly `target` tokens (BOS and EOS included): the longest

@@ -3,25 +3,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// File name of the default model in the cache.
-pub const DEFAULT_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
-/// Folder name of the default embedding model in the cache.
-pub const DEFAULT_EMBEDDING_MODEL: &str = "embeddinggemma-300m";
+pub use tg_models::cache::{cache_dir, DEFAULT_EMBEDDING_MODEL, DEFAULT_MODEL};
 const FETCH_SCRIPT: &str = include_str!("../../../scripts/fetch_model.py");
 const FETCH_EMBEDDING_SCRIPT: &str = include_str!("../../../scripts/fetch_embedding_model.py");
-
-/// The cache directory: `$TG_CACHE_DIR/models`, else `$XDG_CACHE_HOME/tensor-graphs/models`,
-/// else `~/.cache/tensor-graphs/models` (the same rule as `scripts/fetch_model.py`).
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TG_CACHE_DIR") {
-        return PathBuf::from(d).join("models");
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("tensor-graphs").join("models")
-}
 
 /// The model to use: the given path (which must exist), or the default model, fetched if
 /// it is not in the cache yet.

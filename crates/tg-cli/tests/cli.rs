@@ -7,9 +7,7 @@ use std::process::Command;
 use tg_gguf::{GgufFile, GgufWriter, Value};
 
 fn model() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf")
-    });
+    let p = std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_MODEL));
     if p.is_file() {
         Some(p)
     } else if std::env::var("TG_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {

@@ -5,7 +5,7 @@
 //! purpose; kernels, rewrite rules and compiled plans are all tested against it.
 
 use crate::shape::{broadcast_strides, contiguous_strides, numel, strided_offsets};
-use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, ReduceOp, UnaryOp, WeightStore};
+use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, ReduceOp, WeightStore};
 use std::collections::HashMap;
 
 /// A dense f64 tensor (values of any dtype, widened exactly).
@@ -100,33 +100,14 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
         }
         Op::Unary(u) => {
             let a = dense(0)?;
-            let f = |x: f64| match u {
-                UnaryOp::Neg => -x,
-                UnaryOp::Exp => x.exp(),
-                UnaryOp::Log => x.ln(),
-                UnaryOp::Tanh => x.tanh(),
-                UnaryOp::Sqrt => x.sqrt(),
-                UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-                UnaryOp::Recip => 1.0 / x,
-                UnaryOp::Sin => x.sin(),
-                UnaryOp::Cos => x.cos(),
-                UnaryOp::Abs => x.abs(),
-            };
-            out(a.data.iter().map(|&x| f(x)).collect())
+            out(a.data.iter().map(|&x| u.eval_f64(x)).collect())
         }
         Op::Binary(b) => {
             let (x, y) = (broadcast_to(&dense(0)?, &n.shape), broadcast_to(&dense(1)?, &n.shape));
             let f = |a: f64, c: f64| match b {
-                BinaryOp::Add => a + c,
-                BinaryOp::Sub => a - c,
-                BinaryOp::Mul => a * c,
-                // Integer division truncates toward zero; an integer division by zero is 0.
+                // Integer division truncates toward zero (`round_to`); by zero it is 0.
                 BinaryOp::Div if n.dtype == DType::I32 && c == 0.0 => 0.0,
-                BinaryOp::Div => a / c,
-                BinaryOp::Max => a.max(c),
-                BinaryOp::Min => a.min(c),
-                BinaryOp::And => ((a != 0.0) && (c != 0.0)) as u8 as f64,
-                BinaryOp::Or => ((a != 0.0) || (c != 0.0)) as u8 as f64,
+                _ => b.eval_f64(a, c),
             };
             out(x.iter().zip(&y).map(|(&a, &c)| round_to(n.dtype, f(a, c))).collect())
         }

@@ -46,6 +46,43 @@ pub enum BinaryOp {
     Or,
 }
 
+impl UnaryOp {
+    /// The function on one f64 value: the reference definition, shared by the interpreter
+    /// and by constant folding in the rewrite rules.
+    pub fn eval_f64(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Recip => 1.0 / x,
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Abs => x.abs(),
+        }
+    }
+}
+
+impl BinaryOp {
+    /// The function on two f64 values (bools as 0/1): the reference definition, shared by
+    /// the interpreter and by constant folding. Integer rounding (truncating division,
+    /// division by zero giving 0) is applied by the caller, which knows the dtype.
+    pub fn eval_f64(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+            BinaryOp::And => ((a != 0.0) && (b != 0.0)) as u8 as f64,
+            BinaryOp::Or => ((a != 0.0) || (b != 0.0)) as u8 as f64,
+        }
+    }
+}
+
 /// Elementwise comparisons producing bool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CmpOp {

@@ -18,14 +18,15 @@
 //! ids. Plans are compiled per (total tokens, batch size, output dimension) and cached.
 
 use crate::gemma3::{Ctx, Gemma3Config, LayerInputs, Role, TensorNames, WeightShapes};
+use crate::plans::PlanCache;
 use crate::{ModelError, SafetensorsWeights};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tg_compiler::{compile, CompileOptions, CompileReport};
+use tg_compiler::{CompileOptions, CompileReport};
 use tg_ir::{BinaryOp, CmpOp, DType, Graph, GraphBuilder, HostTensor, ReduceOp, Tensor, UnaryOp};
-use tg_runtime::{CpuDevice, Device, Executable};
+use tg_runtime::{CpuDevice, Device};
 use tg_tokenizer::HfTokenizer;
 
 /// Pooling of the token embeddings into one vector per text.
@@ -454,12 +455,9 @@ pub struct EmbeddingGemma {
     pub tokenizer: Arc<HfTokenizer>,
     names: TensorNames,
     weights: Arc<SafetensorsWeights>,
-    device: Arc<dyn Device>,
-    plans: HashMap<(usize, usize, usize), Executable>,
-    options: CompileOptions,
-    last_report: Option<CompileReport>,
+    /// Plans by (tokens, texts, output width).
+    plans: PlanCache<(usize, usize, usize)>,
     dir: PathBuf,
-    profiling: bool,
 }
 
 impl EmbeddingGemma {
@@ -499,7 +497,7 @@ impl EmbeddingGemma {
             });
         }
         let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
-        Ok(EmbeddingGemma { config, tokenizer, names, weights, device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, dir, profiling: false })
+        Ok(EmbeddingGemma { config, tokenizer, names, weights, plans: PlanCache::new(device), dir })
     }
 
     /// The folder the model was loaded from.
@@ -519,13 +517,12 @@ impl EmbeddingGemma {
 
     /// Sets compiler options for plans compiled from now on (clears the plan cache).
     pub fn set_compile_options(&mut self, o: CompileOptions) {
-        self.options = o;
-        self.plans.clear();
+        self.plans.set_options(o);
     }
 
     /// The report of the most recent compilation.
     pub fn last_report(&self) -> Option<&CompileReport> {
-        self.last_report.as_ref()
+        self.plans.last_report()
     }
 
     /// The prompt text for `name` (`None` → the configured default, or no prompt).
@@ -569,19 +566,6 @@ impl EmbeddingGemma {
         build_embedding_graph(&self.config, &*self.weights, &self.names, tokens, batch, dim)
     }
 
-    fn prepare(&mut self, tokens: usize, batch: usize, dim: usize) -> Result<(), ModelError> {
-        if self.plans.contains_key(&(tokens, batch, dim)) {
-            return Ok(());
-        }
-        let graph = self.graph(tokens, batch, dim)?;
-        let compiled = compile(&graph, std::slice::from_ref(&self.device), &self.options)?;
-        self.last_report = Some(compiled.report);
-        let mut exe = Executable::new(compiled.plan, vec![self.device.clone()], self.weights.clone())?;
-        exe.set_profiling(self.profiling);
-        self.plans.insert((tokens, batch, dim), exe);
-        Ok(())
-    }
-
     /// Runs pre-tokenized sequences as one packed batch; returns `batch × dim` values.
     pub fn embed_tokens(&mut self, seqs: &[Vec<u32>], dim: usize) -> Result<Vec<f32>, ModelError> {
         let total: usize = seqs.iter().map(Vec::len).sum();
@@ -602,8 +586,9 @@ impl EmbeddingGemma {
             pos.extend(0..s.len() as i32);
             seg.extend(std::iter::repeat_n(i as i32, s.len()));
         }
-        self.prepare(total, seqs.len(), dim)?;
-        let exe = self.plans.get_mut(&(total, seqs.len(), dim)).ok_or_else(|| ModelError::Request("plan missing".into()))?;
+        let (config, names, weights) = (&self.config, &self.names, self.weights.clone());
+        let batch = seqs.len();
+        let exe = self.plans.get_or_compile((total, batch, dim), weights.clone(), || build_embedding_graph(config, &*weights, names, total, batch, dim))?;
         let mut inputs = HashMap::new();
         inputs.insert("tokens".to_string(), HostTensor::i32(&[total], ids)?);
         inputs.insert("positions".to_string(), HostTensor::i32(&[total], pos)?);
@@ -639,10 +624,7 @@ impl EmbeddingGemma {
 
     /// Times every step of every run from now on (see [`EmbeddingGemma::step_times`]).
     pub fn set_profiling(&mut self, on: bool) {
-        self.profiling = on;
-        for exe in self.plans.values_mut() {
-            exe.set_profiling(on);
-        }
+        self.plans.set_profiling(on);
     }
 
     /// Kernel name and time (ns) of every step of the last run of the plan for `tokens`

@@ -10,11 +10,12 @@
 //! embedding table. RMSNorm weights are used as stored: GGUF conversion already folded
 //! Gemma's `(1 + w)` into them.
 
+use crate::plans::PlanCache;
 use crate::{GgufWeights, ModelError};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use tg_compiler::{compile, CompileOptions, CompileReport};
+use tg_compiler::{CompileOptions, CompileReport};
 use tg_gguf::GgufFile;
 use tg_ir::{CmpOp, DType, Graph, GraphBuilder, HostTensor, IrError, ReduceOp, Tensor, UnaryOp};
 use tg_runtime::{CpuDevice, Device, Executable};
@@ -547,10 +548,8 @@ pub struct Gemma3 {
     pub tokenizer: Arc<Tokenizer>,
     file: Arc<GgufFile>,
     weights: Arc<GgufWeights>,
-    device: Arc<dyn Device>,
-    plans: HashMap<(usize, Logits), Executable>,
-    options: CompileOptions,
-    last_report: Option<CompileReport>,
+    /// Plans by (sequence length, which logits).
+    plans: PlanCache<(usize, Logits)>,
 }
 
 impl Gemma3 {
@@ -580,7 +579,7 @@ impl Gemma3 {
         }
         let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
         let weights = Arc::new(GgufWeights::new(file.clone()));
-        Ok(Gemma3 { config, tokenizer, file, weights, device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None })
+        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device) })
     }
 
     /// The mapped file.
@@ -595,13 +594,12 @@ impl Gemma3 {
 
     /// Sets compiler options for plans compiled from now on (clears the plan cache).
     pub fn set_compile_options(&mut self, o: CompileOptions) {
-        self.options = o;
-        self.plans.clear();
+        self.plans.set_options(o);
     }
 
     /// The report of the most recent compilation.
     pub fn last_report(&self) -> Option<&CompileReport> {
-        self.last_report.as_ref()
+        self.plans.last_report()
     }
 
     /// The forward graph for `seq` tokens.
@@ -624,23 +622,19 @@ impl Gemma3 {
 
     /// Compiles (or fetches from the cache) the plan for `seq` tokens.
     pub fn prepare(&mut self, seq: usize, logits: Logits) -> Result<(), ModelError> {
-        if self.plans.contains_key(&(seq, logits)) {
-            return Ok(());
-        }
-        let graph = self.graph(seq, logits)?;
-        let compiled = compile(&graph, std::slice::from_ref(&self.device), &self.options)?;
-        self.last_report = Some(compiled.report);
-        let exe = Executable::new(compiled.plan, vec![self.device.clone()], self.weights.clone())?;
-        self.plans.insert((seq, logits), exe);
-        Ok(())
+        self.plan(seq, logits).map(|_| ())
+    }
+
+    fn plan(&mut self, seq: usize, logits: Logits) -> Result<&mut Executable, ModelError> {
+        let (config, file) = (&self.config, &self.file);
+        self.plans.get_or_compile((seq, logits), self.weights.clone(), || build_graph(config, &**file, seq, logits))
     }
 
     /// Runs the model on `tokens` and returns the logits (`[1, n_vocab]` for
     /// [`Logits::Last`], `[seq, n_vocab]` for [`Logits::All`]) as a flat vector.
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>, ModelError> {
         self.check_tokens(tokens)?;
-        self.prepare(tokens.len(), logits)?;
-        let exe = self.plans.get_mut(&(tokens.len(), logits)).ok_or_else(|| ModelError::Request("plan missing".into()))?;
+        let exe = self.plan(tokens.len(), logits)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let input = HostTensor::i32(&[ids.len()], ids)?;
         let mut inputs = HashMap::new();

@@ -8,9 +8,11 @@
 //! sentence-transformers pooling, dense and normalisation modules, from safetensors.
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod embedding_gemma;
 pub mod gemma3;
 mod generate;
+mod plans;
 mod weights;
 
 pub use gemma3::{Gemma3, Gemma3Config, Logits};

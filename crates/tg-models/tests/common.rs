@@ -3,13 +3,10 @@
 
 use std::path::PathBuf;
 
-/// The real model: `TG_MODEL`, else the default cache path. `None` (with a message) only
+/// The real model: `TG_MODEL`, else the default cache path (`tg_models::cache`). `None` (with a message) only
 /// when `TG_ALLOW_MISSING_MODEL=1`; otherwise a missing model fails the test.
 pub fn model_path() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-        home.join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf")
-    });
+    let p = std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_MODEL));
     if p.is_file() {
         return Some(p);
     }
@@ -49,10 +46,9 @@ pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
 /// The EmbeddingGemma folder: `TG_EMBED_MODEL`, else the default cache path. `None` (with a
 /// message) only when `TG_ALLOW_MISSING_MODEL=1`; otherwise a missing model fails the test.
 pub fn embed_model_dir() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-        home.join(".cache/tensor-graphs/models/embeddinggemma-300m")
-    });
+    let p = std::env::var_os("TG_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_EMBEDDING_MODEL));
     if p.join("modules.json").is_file() {
         return Some(p);
     }

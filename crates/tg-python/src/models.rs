@@ -19,23 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tg_compiler::CompileOptions;
 use tg_models::{EmbeddingGemma, Gemma3, GenTimings, Logits, SamplingParams, StreamDecoder, Tokenizer};
 
-/// File name of the default Gemma 3 model in the cache.
-const DEFAULT_MODEL: &str = "gemma-3-270m-q4_k_m.gguf";
-/// Folder name of the default embedding model in the cache.
-const DEFAULT_EMBEDDING_MODEL: &str = "embeddinggemma-300m";
-
-/// The model cache: `$TG_CACHE_DIR/models`, else `$XDG_CACHE_HOME/tensor-graphs/models`,
-/// else `~/.cache/tensor-graphs/models` (the rule of `tg` and `scripts/fetch_model.py`).
-fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TG_CACHE_DIR") {
-        return PathBuf::from(d).join("models");
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("tensor-graphs").join("models")
-}
+use tg_models::cache::{cache_dir, DEFAULT_EMBEDDING_MODEL, DEFAULT_MODEL};
 
 /// The path to load: the given one, else `$env`, else the default in the cache; it must
 /// exist (a file, or a folder for `folder`).

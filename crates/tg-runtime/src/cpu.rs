@@ -345,20 +345,16 @@ impl Device for CpuDevice {
                 fused_f32(ins)?;
                 same_shape(&ins[..1], out)?;
                 need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
-                let (seq, half) = (out.shape[0], out.shape[2] / 2);
-                let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
-                need(ok(&ins[1]) && ok(&ins[2]), || "rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
+                rope_tables(out, &ins[1], &ins[2], "rope_neox")
             }
             Kernel::RmsNormRopeNeox { .. } => {
                 arity(4)?;
                 fused_f32(ins)?;
                 same_shape(&ins[..1], out)?;
                 need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
-                let (seq, d) = (out.shape[0], out.shape[2]);
-                let half = d / 2;
+                let d = out.shape[2];
                 need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;
-                let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
-                need(ok(&ins[2]) && ok(&ins[3]), || "rms_norm_rope_neox: cos/sin must be [seq, .., d/2] with one row per position".into())
+                rope_tables(out, &ins[2], &ins[3], "rms_norm_rope_neox")
             }
             Kernel::GeluTanh | Kernel::Softmax => {
                 arity(1)?;
@@ -677,6 +673,13 @@ impl Device for CpuDevice {
         }
         Ok(())
     }
+}
+
+/// RoPE tables for `out: [seq, heads, d]`: `cos` and `sin` hold one row of `d/2` per position.
+fn rope_tables(out: &Layout, cos: &Layout, sin: &Layout, what: &str) -> Result<(), String> {
+    let (seq, half) = (out.shape[0], out.shape[2] / 2);
+    let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
+    need(ok(cos) && ok(sin), || format!("{what}: cos/sin must be [seq, .., d/2] with one row per position"))
 }
 
 /// All operands contiguous f32 (the fused kernels read plain rows).

@@ -57,22 +57,6 @@ fn cast_same(eg: &TEGraph, c: Id) -> Vec<Id> {
         .collect()
 }
 
-/// The f64 value of a unary function (the reference interpreter's definition).
-pub(crate) fn eval_unary(u: UnaryOp, x: f64) -> f64 {
-    match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Abs => x.abs(),
-    }
-}
-
 /// Folded values are kept only when finite: an infinity or NaN stays an op, so folding
 /// never changes how a non-finite value arises.
 fn fold_unary(eg: &TEGraph, c: Id) -> Vec<f64> {
@@ -81,7 +65,7 @@ fn fold_unary(eg: &TEGraph, c: Id) -> Vec<f64> {
     }
     nodes_where(eg, c, |o| matches!(o, Op::Unary(_)))
         .filter_map(|n| match n.op {
-            Op::Unary(u) => scalar_f32(eg, n.children[0]).map(|x| eval_unary(u, x)).filter(|v| v.is_finite()),
+            Op::Unary(u) => scalar_f32(eg, n.children[0]).map(|x| u.eval_f64(x)).filter(|v| v.is_finite()),
             _ => None,
         })
         .collect()
@@ -94,15 +78,8 @@ fn fold_binary(eg: &TEGraph, c: Id) -> Vec<f64> {
     nodes_where(eg, c, |o| matches!(o, Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min)))
         .filter_map(|n| {
             let (a, b) = (scalar_f32(eg, n.children[0])?, scalar_f32(eg, n.children[1])?);
-            let v = match n.op {
-                Op::Binary(BinaryOp::Add) => a + b,
-                Op::Binary(BinaryOp::Sub) => a - b,
-                Op::Binary(BinaryOp::Mul) => a * b,
-                Op::Binary(BinaryOp::Div) => a / b,
-                Op::Binary(BinaryOp::Max) => a.max(b),
-                Op::Binary(BinaryOp::Min) => a.min(b),
-                _ => return None,
-            };
+            let Op::Binary(op) = n.op else { return None };
+            let v = op.eval_f64(a, b);
             v.is_finite().then_some(v)
         })
         .collect()

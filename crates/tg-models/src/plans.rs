@@ -1,0 +1,76 @@
+//! Compiled plans cached per request shape, shared by the models: a model builds a graph
+//! for a key (sequence length, batch, ...) once, and later runs of the same shape reuse the
+//! executable.
+
+use crate::ModelError;
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+use tg_compiler::{compile, CompileOptions, CompileReport};
+use tg_ir::{Graph, WeightStore};
+use tg_runtime::{Device, Executable};
+
+/// Executables by key, compiled on first use with the current options.
+pub(crate) struct PlanCache<K> {
+    device: Arc<dyn Device>,
+    plans: HashMap<K, Executable>,
+    options: CompileOptions,
+    last_report: Option<CompileReport>,
+    profiling: bool,
+}
+
+impl<K: Hash + Eq> PlanCache<K> {
+    pub(crate) fn new(device: Arc<dyn Device>) -> Self {
+        PlanCache { device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false }
+    }
+
+    /// New options apply to plans compiled from now on: the cache is cleared.
+    pub(crate) fn set_options(&mut self, o: CompileOptions) {
+        self.options = o;
+        self.plans.clear();
+    }
+
+    pub(crate) fn last_report(&self) -> Option<&CompileReport> {
+        self.last_report.as_ref()
+    }
+
+    /// Times every step of every run from now on.
+    pub(crate) fn set_profiling(&mut self, on: bool) {
+        self.profiling = on;
+        for exe in self.plans.values_mut() {
+            exe.set_profiling(on);
+        }
+    }
+
+    /// The executable for `key`, compiling `graph()` on `weights` if it is not cached.
+    pub(crate) fn get_or_compile(
+        &mut self,
+        key: K,
+        weights: Arc<dyn WeightStore + Send>,
+        graph: impl FnOnce() -> Result<Graph, ModelError>,
+    ) -> Result<&mut Executable, ModelError> {
+        match self.plans.entry(key) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => {
+                let compiled = compile(&graph()?, std::slice::from_ref(&self.device), &self.options)?;
+                self.last_report = Some(compiled.report);
+                let mut exe = Executable::new(compiled.plan, vec![self.device.clone()], weights)?;
+                exe.set_profiling(self.profiling);
+                Ok(v.insert(exe))
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, key: &K) -> Option<&Executable> {
+        self.plans.get(key)
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.plans.clear();
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.plans.len()
+    }
+}
