@@ -9,11 +9,15 @@
 //! - `tg logits` prints the final-position logits of a prompt.
 //! - `tg embed` embeds texts with a sentence-transformers model (EmbeddingGemma).
 //! - `tg fetch-model` downloads the default model into the cache.
+//! - `tg pack` packs buffers into memory (MiniMalloc CSV; see docs/pack.md).
+//! - `tg extract` extracts from a serialized e-graph by DAG cost (extraction-gym JSON; see docs/extract.md).
 
 mod bench;
 mod bench_embed;
+mod extract;
 mod logits;
 mod model_path;
+mod pack;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -148,6 +152,10 @@ enum Cmd {
     },
     /// Print the final-position logits of a prompt (table, JSON or raw f32 file).
     Logits(logits::LogitsArgs),
+    /// Pack buffers into memory: MiniMalloc-style static allocation of a CSV problem.
+    Pack(pack::PackArgs),
+    /// Extract the cheapest DAG from a serialized e-graph (extraction-gym JSON), with a proven lower bound.
+    Extract(extract::ExtractArgs),
     /// Download the default model into the cache and print its path.
     FetchModel,
 }
@@ -239,13 +247,7 @@ fn run(cli: Cli) -> Res<()> {
             } else {
                 let rest = dec.finish();
                 let _ = writeln!(stdout, "{rest}");
-                eprintln!(
-                    "[{} prompt tokens in {:.1} ms, {} tokens generated in {:.1} ms]",
-                    ids.len(),
-                    timings.prompt_ms,
-                    out.len(),
-                    timings.generate_ms
-                );
+                eprintln!("[{} prompt tokens in {:.1} ms, {} tokens generated in {:.1} ms]", ids.len(), timings.prompt_ms, out.len(), timings.generate_ms);
             }
             Ok(())
         }
@@ -290,6 +292,8 @@ fn run(cli: Cli) -> Res<()> {
             embed(model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts)
         }
         Cmd::Logits(args) => logits::run(args),
+        Cmd::Pack(args) => pack::run(args),
+        Cmd::Extract(args) => extract::run(args),
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
             Ok(())
@@ -357,11 +361,8 @@ fn embed(
     }
     let e = m.embed(&refs, prompt_name.as_deref(), dim).map_err(|e| e.to_string())?;
     let embed_ms = t1.elapsed().as_secs_f64() * 1e3;
-    let sims: Vec<Vec<f64>> = if similarity {
-        (0..e.len()).map(|i| (0..e.len()).map(|j| tg_models::embedding_gemma::cosine(e.row(i), e.row(j))).collect()).collect()
-    } else {
-        Vec::new()
-    };
+    let sims: Vec<Vec<f64>> =
+        if similarity { (0..e.len()).map(|i| (0..e.len()).map(|j| tg_models::embedding_gemma::cosine(e.row(i), e.row(j))).collect()).collect() } else { Vec::new() };
     let mut stdout = std::io::stdout().lock();
     if json {
         let rows: Vec<&[f32]> = (0..e.len()).map(|i| e.row(i)).collect();
@@ -397,9 +398,8 @@ fn embed(
 
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
 fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize) -> Res<()> {
-    let weights = std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(
-        tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?,
-    )));
+    let weights =
+        std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
     let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;
     exe.set_profiling(true);
     let ids: Vec<i32> = (0..seq as i32).map(|i| if i == 0 { m.tokenizer.bos() as i32 } else { 1000 + i * 7 }).collect();

@@ -28,9 +28,9 @@ pub mod validate;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
-use thiserror::Error;
 use tg_ir::{Graph, IrError};
 use tg_runtime::{Device, Plan};
+use thiserror::Error;
 
 pub use tg_egraph::{RewriteOptions, RewriteReport};
 
@@ -250,11 +250,24 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
     report.stages.push(StageReport { name: "schedule".into(), ran: true, micros: 0, summary: format!("{} steps in topological order", prog.steps.len()) });
 
     let t = Timer::start();
-    let plan = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
+    let (plan, pack) = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
     let arena: usize = plan.arenas.iter().map(|a| a.bytes).sum();
     let total: usize = plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::Arena { .. })).map(|b| b.bytes).sum();
     report.stages.push(if opts.on("memory") {
-        StageReport { name: "memory".into(), ran: true, micros: t.us(), summary: format!("arena {} KiB for {} KiB of buffers ({:.1}x reuse)", arena / 1024, total / 1024, total as f64 / arena.max(1) as f64) }
+        StageReport {
+            name: "memory".into(),
+            ran: true,
+            micros: t.us(),
+            summary: format!(
+                "arena {} KiB for {} KiB of buffers ({:.1}x reuse); lower bound {} KiB{}, first-fit {} KiB",
+                arena / 1024,
+                total / 1024,
+                total as f64 / arena.max(1) as f64,
+                pack.lower_bound / 1024,
+                if pack.optimal { " (proven minimal)" } else { "" },
+                pack.first_fit / 1024
+            ),
+        }
     } else {
         skipped("memory")
     });

@@ -1,15 +1,32 @@
-//! `memory`: arena offsets by greedy first-fit over buffer lifetimes.
+//! `memory`: arena offsets over buffer lifetimes.
 //!
 //! A buffer is live from the step that writes it (inputs: from before step 0) to the last
-//! step that reads it or any view of it (outputs: to the end of the run). Buffers are
-//! placed in order of definition at the lowest aligned offset that overlaps no live
-//! buffer. With the stage switched off, every buffer gets its own space.
+//! step that reads it or any view of it (outputs: to the end of the run). First, greedy
+//! first-fit in order of definition (the lowest aligned offset that overlaps no live
+//! buffer); then `tg_pack::minimize` (the solver behind `tg pack`) looks for a lower arena
+//! within [`PACK_TIME`], starting from that height, and its packing is kept when it is
+//! lower. The report gives the arena, the packer's proven lower bound and the first-fit
+//! height. With the stage switched off, every buffer gets its own space.
 
 use crate::lower::{Program, VKind};
 use std::sync::Arc;
 use tg_runtime::{ArenaDesc, BufferDesc, Device, Plan, Storage};
 
-pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> Plan {
+/// Time the packer may spend looking for a lower arena than first-fit's.
+pub const PACK_TIME: std::time::Duration = std::time::Duration::from_millis(30);
+
+/// What the packing achieved, for the stage report.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PackStats {
+    /// Height of greedy first-fit.
+    pub first_fit: usize,
+    /// Proven lower bound on the arena.
+    pub lower_bound: usize,
+    /// The arena is proven minimal.
+    pub optimal: bool,
+}
+
+pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> (Plan, PackStats) {
     let nb = prog.buffers.len();
     let mut first: Vec<Option<usize>> = vec![None; nb];
     let mut last: Vec<Option<usize>> = vec![None; nb];
@@ -59,6 +76,35 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
         top = top.max(at + size);
         placed.push((at, size, s, e));
     }
+    let mut stats = PackStats { first_fit: top, lower_bound: 0, optimal: false };
+    if reuse && top > 0 {
+        let arena: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena).collect();
+        let items: Vec<tg_pack::Buffer> = arena
+            .iter()
+            .map(|&b| {
+                let (s, e) = interval(b);
+                let mut x = tg_pack::Buffer::new(b.to_string(), s as i64, e as i64 + 1, align_up(prog.buffers[b].bytes.max(1)) as u64);
+                x.alignment = align as u64;
+                x
+            })
+            .collect();
+        if let Ok(problem) = tg_pack::Problem::new(items) {
+            let limits = tg_pack::Limits { time: Some(PACK_TIME), nodes: None };
+            if let Ok(out) = tg_pack::minimize(&problem, top as u64, &limits) {
+                stats.lower_bound = out.lower_bound as usize;
+                stats.optimal = out.optimal;
+                if let tg_pack::Verdict::Feasible(sol) = &out.verdict {
+                    if (sol.height as usize) < top {
+                        for (i, &b) in arena.iter().enumerate() {
+                            offsets[b] = sol.offsets[i] as usize;
+                        }
+                        top = sol.height as usize;
+                    }
+                    stats.optimal = out.optimal && sol.height as usize <= top;
+                }
+            }
+        }
+    }
     let buffers = prog
         .buffers
         .iter()
@@ -75,12 +121,13 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
             persistent: persistent[b],
         })
         .collect();
-    Plan {
+    let plan = Plan {
         devices: devices.iter().take(1).map(|d| d.name().to_string()).collect(),
         arenas: vec![ArenaDesc { device: 0, bytes: top.max(align) }],
         buffers,
         steps: prog.steps,
         inputs: prog.inputs,
         outputs: prog.outputs,
-    }
+    };
+    (plan, stats)
 }

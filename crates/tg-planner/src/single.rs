@@ -1,0 +1,151 @@
+//! One device, nothing kept: the makespan is the DAG cost.
+//!
+//! On a single device every step starts when the one before it ends (operands are always
+//! produced earlier on the same device, sources are ready at 0), so for any order the
+//! makespan is the sum of the chosen kernels' times: each chosen node counted once. The
+//! choice is then exactly DAG-cost extraction, which `tg_extract` solves with its own
+//! proven lower bound; only the order (for memory) and the offsets remain. The order is a
+//! memory-aware list schedule; the peak it reaches is proven minimal only when it meets the
+//! footprint bound (a kernel's operands and output are live together).
+
+use std::time::Instant;
+
+use tg_extract::{ClassId, EGraphBuilder};
+
+use crate::config::{BufDef, Config};
+use crate::memory::{self, Item, Packing};
+use crate::problem::Problem;
+use crate::search::{Limits, Outcome, Solution, Status};
+
+/// Whether the reduction applies: one device and no class that could be kept.
+pub(crate) fn applies(p: &Problem) -> bool {
+    p.devices.len() == 1 && !p.classes.iter().any(|c| c.cacheable && c.bytes <= p.devices[0].cache_budget)
+}
+
+/// Solve by extraction; `None` when the extraction's plan does not fit the arena (the
+/// general search then decides).
+pub(crate) fn solve(p: &Problem, limits: &Limits) -> Option<Outcome> {
+    let t0 = Instant::now();
+    let mut e = EGraphBuilder::new();
+    let classes: Vec<ClassId> = (0..p.classes.len()).map(|c| e.add_class(c.to_string())).collect();
+    // Extraction node -> (planner node, option).
+    let mut back = Vec::with_capacity(p.nodes.len());
+    for (i, n) in p.nodes.iter().enumerate() {
+        let (cost, opt) = match n.source {
+            Some(_) => (0, 0),
+            None => {
+                let (k, o) = n.options.iter().enumerate().min_by_key(|(_, o)| o.time)?;
+                (o.time, k)
+            }
+        };
+        e.add_node(classes[n.class], i.to_string(), cost as f64, n.children.iter().map(|&c| classes[c])).ok()?;
+        back.push((i, opt));
+    }
+    for &r in &p.roots {
+        e.add_root(classes[r]).ok()?;
+    }
+    let g = e.build().ok()?;
+    let opts = tg_extract::Options { time_limit: limits.time, ..Default::default() };
+    let nc = p.classes.len();
+    let x = match tg_extract::extract(&g, &opts) {
+        Ok(x) => x,
+        Err(tg_extract::ExtractError::Infeasible(_)) => {
+            return Some(Outcome { status: Status::Infeasible, best: None, lower_bound: 0, nodes: 0, first_plan: None, elapsed: t0.elapsed() });
+        }
+    };
+    let mut needed = vec![false; nc];
+    let mut choice = vec![None; nc];
+    let mut option = vec![None; nc];
+    for &(c, n) in &x.choices {
+        let (node, k) = back[n.index()];
+        needed[c.index()] = true;
+        choice[c.index()] = Some(node);
+        if p.nodes[node].source.is_none() {
+            option[c.index()] = Some(k);
+        }
+    }
+    let keep = vec![None; nc];
+    let cfg = Config::build(p, &needed, &keep, &choice, &option).ok()?;
+    let order = memory_order(&cfg);
+    let mut start = vec![0u64; cfg.steps.len()];
+    let mut t = 0u64;
+    for &s in &order {
+        start[s] = t;
+        t += cfg.time[s];
+    }
+    let timed = cfg.timed(p, start);
+    let items: Vec<Item> = (0..cfg.buffers.len())
+        .map(|b| {
+            let (start, end) = timed.live[b].unwrap_or((0, u64::MAX));
+            Item { start, end, bytes: cfg.buffers[b].bytes }
+        })
+        .collect();
+    let offsets = match memory::pack(&items, p.devices[0].capacity, limits.pack_nodes, Some(t0 + limits.time)) {
+        Packing::Fits(o) => o,
+        _ => return None,
+    };
+    let peak_lb = footprint_bound(&cfg);
+    let lower_bound = (x.lower_bound - 1e-6).ceil().max(0.0) as u64;
+    let makespan = timed.makespan;
+    let status = if x.optimal && timed.peak <= peak_lb { Status::Optimal } else { Status::Feasible };
+    let elapsed = t0.elapsed();
+    Some(Outcome {
+        status,
+        best: Some(Solution { keep, choice, option, config: cfg, timed, offsets }),
+        lower_bound: if x.optimal { makespan } else { lower_bound.min(makespan) },
+        nodes: x.nodes_explored,
+        first_plan: Some(elapsed),
+        elapsed,
+    })
+}
+
+/// The largest `output + operand buffers` of any kernel: live at once, so a bound on the peak.
+fn footprint_bound(cfg: &Config) -> u64 {
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); cfg.steps.len()];
+    for (b, buf) in cfg.buffers.iter().enumerate() {
+        for &r in &buf.readers {
+            reads[r].push(b);
+        }
+    }
+    let out_of = |s: usize| cfg.buffers.iter().position(|b| b.writer == Some(s));
+    (0..cfg.steps.len()).map(|s| out_of(s).map_or(0, |b| cfg.buffers[b].bytes) + reads[s].iter().map(|&b| cfg.buffers[b].bytes).sum::<u64>()).max().unwrap_or(0)
+}
+
+/// A list schedule that keeps live memory low: among the ready steps, run the one that
+/// allocates the least net of what it frees (its output minus the operands it reads last).
+pub(crate) fn memory_order(cfg: &Config) -> Vec<usize> {
+    let n = cfg.steps.len();
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut left: Vec<usize> = cfg.buffers.iter().map(|b| b.readers.len() + usize::from(b.holds_root)).collect();
+    for (b, buf) in cfg.buffers.iter().enumerate() {
+        for &r in &buf.readers {
+            reads[r].push(b);
+        }
+    }
+    let out: Vec<u64> = (0..n).map(|s| cfg.buffers.iter().find(|b| b.writer == Some(s)).map_or(0, |b: &BufDef| b.bytes)).collect();
+    let mut missing: Vec<usize> = cfg.deps.iter().map(Vec::len).collect();
+    let mut ready: Vec<usize> = (0..n).filter(|&s| missing[s] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while !ready.is_empty() {
+        let (i, &s) = ready
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, &s)| {
+                let freed: u64 = reads[s].iter().filter(|&&b| left[b] == 1).map(|&b| cfg.buffers[b].bytes).sum();
+                (out[s] as i128 - freed as i128, s)
+            })
+            .expect("non-empty");
+        ready.swap_remove(i);
+        order.push(s);
+        for &b in &reads[s] {
+            left[b] -= 1;
+        }
+        for &t in &cfg.succs[s] {
+            missing[t] -= 1;
+            if missing[t] == 0 {
+                ready.push(t);
+            }
+        }
+    }
+    order
+}
