@@ -27,7 +27,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     echo "[python] creating $VENV"
     "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.16,<2" "numpy>=1.21" "pytest>=7"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.16,<2" "numpy>=1.21" "pytest>=7" "ortools>=9.15,<10"
 
 if [[ -z "${TG_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
     TG_MODEL="$("$PY" scripts/fetch_model.py)"

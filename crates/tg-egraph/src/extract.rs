@@ -117,6 +117,23 @@ pub struct Extraction {
     pub choice: Choice,
     /// Total cost of the chosen DAG (each class paid once).
     pub cost: f64,
+    /// What the extractor proved about it, if it searches with bounds.
+    pub proof: Option<Proof>,
+}
+
+/// A searching extractor's account of its result.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Proof {
+    /// Proven lower bound on the cost of any extraction.
+    pub lower_bound: f64,
+    /// The cost equals the bound.
+    pub optimal: bool,
+    /// Search nodes explored.
+    pub nodes: u64,
+    /// Time to the first complete choice (ms).
+    pub first_plan_ms: f64,
+    /// Total search time (ms).
+    pub millis: f64,
 }
 
 /// Picks one node per e-class so that the roots are computed at low cost.
@@ -343,7 +360,7 @@ impl<C: CostModel> Extractor for GreedyDagExtractor<C> {
                 cost += dag.own(c);
             }
         }
-        Ok(Extraction { choice: out, cost })
+        Ok(Extraction { choice: out, cost, proof: None })
     }
 }
 
@@ -356,7 +373,9 @@ pub fn choice_cost(egraph: &TEGraph, roots: &[Id], choice: &Choice, model: &dyn 
         if !seen.insert(c) {
             continue;
         }
-        let Some(n): Option<&ENode> = choice.get(&c) else { continue };
+        let Some(n): Option<&ENode> = choice.get(&c) else {
+            continue;
+        };
         let ins: Vec<(&[usize], DType)> = n.children.iter().map(|&ch| (egraph[ch].data.shape.as_slice(), egraph[ch].data.dtype)).collect();
         total += model.node_cost(&n.op, (&egraph[c].data.shape, egraph[c].data.dtype), &ins);
         stack.extend(n.children.iter().map(|&ch| egraph.find(ch)));

@@ -38,14 +38,16 @@ mod analysis;
 mod convert;
 pub mod extract;
 mod lang;
+mod plan;
 pub mod rules;
 mod saturate;
 
 pub use analysis::{ClassData, TEGraph, TensorAnalysis};
 pub use convert::{build_graph, canonical_outputs, enode_of, load, Choice, Loaded};
 pub use egg::Id;
-pub use extract::{graph_cost, CostModel, Extraction, Extractor, GreedyDagExtractor, KernelCost};
+pub use extract::{graph_cost, CostModel, Extraction, Extractor, GreedyDagExtractor, KernelCost, Proof};
 pub use lang::{takes_declared_type, ENode};
+pub use plan::{planning_problem, PlannerExtractor};
 pub use rules::{catalog, kernel_accepts, RuleInfo, FAMILIES};
 pub use saturate::{rewrite, rewrite_with, saturate, RewriteOptions, RewriteReport, Rewritten, SaturationReport, StopReason};
 

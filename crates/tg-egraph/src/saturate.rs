@@ -1,9 +1,9 @@
 //! Bounded equality saturation and the end-to-end rewrite (load → saturate → extract).
 
 use crate::convert::{build_graph, load, Loaded};
-use crate::extract::{graph_cost, Extractor, GreedyDagExtractor, KernelCost};
+use crate::extract::{graph_cost, Extractor, KernelCost};
 use crate::rules::{all_rules, family_within, FAMILIES};
-use crate::{EgraphError, ENode, TensorAnalysis};
+use crate::{ENode, EgraphError, TensorAnalysis};
 use egg::{BackoffScheduler, Runner};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -116,6 +116,8 @@ pub struct RewriteReport {
     pub extractor: String,
     /// Extraction time (ms).
     pub extraction_millis: f64,
+    /// The extractor's proven bound, gap and search effort (searching extractors only).
+    pub extraction_proof: Option<crate::extract::Proof>,
     /// Live nodes of the input graph.
     pub nodes_in: usize,
     /// Nodes of the extracted graph.
@@ -124,6 +126,8 @@ pub struct RewriteReport {
     pub cost_in: f64,
     /// Estimated cost of the extracted graph.
     pub cost_out: f64,
+    /// Cost of the extraction as the extractor measured it (its own objective, ns).
+    pub cost_out_search: f64,
     /// Fused ops in the extracted graph, by op name.
     pub fused: BTreeMap<String, usize>,
 }
@@ -152,7 +156,22 @@ impl fmt::Display for RewriteReport {
             self.cost_in / 1e6,
             self.cost_out / 1e6,
             if fused.is_empty() { "none".to_string() } else { fused.join(" ") }
-        )
+        )?;
+        if let Some(p) = &self.extraction_proof {
+            let gap = if p.lower_bound > 0.0 { (self.cost_out_search - p.lower_bound) / p.lower_bound * 100.0 } else { 0.0 };
+            write!(
+                f,
+                "\n  search: cost {:.3} ms, bound {:.3} ms, gap {:.2}%{}; {} nodes; first plan {:.1} ms, final {:.1} ms",
+                self.cost_out_search / 1e6,
+                p.lower_bound / 1e6,
+                gap,
+                if p.optimal { " (proven optimal)" } else { "" },
+                p.nodes,
+                p.first_plan_ms,
+                p.millis
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -240,16 +259,19 @@ pub fn rewrite_with(graph: &Graph, opts: &RewriteOptions, extractor: &dyn Extrac
         disabled: opts.disabled.iter().cloned().collect(),
         extractor: extractor.name(),
         extraction_millis,
+        extraction_proof: ex.proof,
         nodes_in: live,
         nodes_out: out.nodes.len(),
         cost_in: graph_cost(graph, &model),
         cost_out: graph_cost(&out, &model),
+        cost_out_search: ex.cost,
         fused,
     };
     Ok(Rewritten { graph: out, report })
 }
 
-/// [`rewrite_with`] the default extractor ([`GreedyDagExtractor`] over [`KernelCost`]).
+/// [`rewrite_with`] the default extractor: the planner's search ([`PlannerExtractor`] over
+/// [`KernelCost`]).
 pub fn rewrite(graph: &Graph, opts: &RewriteOptions) -> Result<Rewritten, EgraphError> {
-    rewrite_with(graph, opts, &GreedyDagExtractor::default())
+    rewrite_with(graph, opts, &crate::PlannerExtractor::default())
 }

@@ -11,6 +11,8 @@
 //!   device and a `tg_runtime::Executable`, run on dicts of numpy arrays with the GIL
 //!   released.
 //! - [`graph::reference_eval`]: the f64 reference interpreter of `tg_ir::interp`.
+//! - [`planner::plan_problem`]: the planner (`tg_planner`) on a JSON problem, for the oracle
+//!   suite.
 //! - [`models`]: Gemma 3 (GGUF) generation, tokenization and logits; EmbeddingGemma
 //!   embeddings.
 //!
@@ -25,6 +27,7 @@ mod errors;
 mod graph;
 mod json;
 mod models;
+mod planner;
 
 use pyo3::prelude::*;
 
@@ -40,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(graph::reference_eval, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::default_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(planner::plan_problem, m)?)?;
     m.add("STAGES", tg_compiler::STAGES.to_vec())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -28,7 +28,7 @@ Errors are subclasses of :class:`TensorGraphsError` (see :mod:`tensor_graphs.err
 The GIL is released while the engine computes.
 """
 
-from ._native import Compiled, EmbeddingGemma, Gemma3, Token, TokenStream, __version__, default_threads
+from ._native import Compiled, EmbeddingGemma, Gemma3, Token, TokenStream, __version__, default_threads, plan_problem
 from . import errors, fused
 from .errors import (
     CompileError,
@@ -61,6 +61,7 @@ __all__ = [
     "Token",
     "TokenStream",
     "default_threads",
+    "plan_problem",
     "errors",
     "fused",
     "float32",

@@ -14,13 +14,16 @@ from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["GraphCore", "Compiled", "Gemma3", "EmbeddingGemma", "TokenStream", "Token", "compile", "reference_eval", "default_threads", "STAGES", "__version__"]
+__all__ = ["GraphCore", "Compiled", "Gemma3", "EmbeddingGemma", "TokenStream", "Token", "compile", "reference_eval", "default_threads", "plan_problem", "STAGES", "__version__"]
 __version__: str
 #: Names of the compiler stages, in order.
 STAGES: List[str]
 
 def default_threads() -> int:
     """The number of worker threads ``threads=0`` means (all cores)."""
+
+def plan_problem(problem: str, time_limit_s: float = 10.0, node_limit: Optional[int] = None) -> str:
+    """Solve a planning problem (JSON, see docs/planner.md); returns the result JSON."""
 
 @final
 class GraphCore:

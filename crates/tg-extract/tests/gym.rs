@@ -1,0 +1,84 @@
+//! The extraction-gym tensat e-graphs (from `TG_EXTRACTION_GYM_DATA`, default
+//! `/work/shared/data/extraction-gym`; skipped with a message when absent): every result
+//! passes the independent checker, is never worse than extraction-gym's faster-greedy-dag,
+//! and equals the optimum wherever extraction-gym's ILP (CBC) proved one (and on vgg, where
+//! the path bound proves the greedy extraction optimal).
+//!
+//! Reference values: extraction-gym 903ba0f, `faster-greedy-dag` and
+//! `faster-ilp-cbc` with a 300 s limit (see `docs/extract.md`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+use tg_extract::{check, extract, read_json_file, Options};
+
+/// Relative tolerance for comparing costs summed in different orders.
+const REL: f64 = 1e-9;
+
+fn data_dir() -> PathBuf {
+    std::env::var_os("TG_EXTRACTION_GYM_DATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/work/shared/data/extraction-gym"))
+}
+
+/// Extracts `name` within `secs` and checks it against the reference values
+/// (`optimum`: a proven optimum the solver must prove and match).
+fn run(name: &str, secs: f64, greedy_dag: f64, optimum: Option<f64>) {
+    let path = data_dir().join(format!("{name}.json"));
+    if !path.exists() {
+        println!("skipped: {} is absent (set TG_EXTRACTION_GYM_DATA)", path.display());
+        return;
+    }
+    let g = read_json_file(&path).unwrap();
+    let opts = Options { time_limit: Duration::from_secs_f64(secs), ..Default::default() };
+    let x = extract(&g, &opts).unwrap();
+    let checked = check(&g, &x.choices).unwrap();
+    println!(
+        "{name}: {} classes, {} nodes: dag {} lower bound {} optimal {} in {:?} ({} search nodes); faster-greedy-dag {greedy_dag}",
+        g.num_classes(),
+        g.num_nodes(),
+        x.dag_cost,
+        x.lower_bound,
+        x.optimal,
+        x.elapsed,
+        x.nodes_explored
+    );
+    assert_eq!(checked, x.dag_cost);
+    assert!(x.lower_bound <= x.dag_cost);
+    assert!(x.dag_cost <= greedy_dag * (1.0 + REL), "{name}: {} is worse than faster-greedy-dag's {greedy_dag}", x.dag_cost);
+    if let Some(opt) = optimum {
+        assert!(x.optimal, "{name}: optimum not proven");
+        assert!((x.dag_cost - opt).abs() <= REL * opt, "{name}: {} differs from the optimum {opt}", x.dag_cost);
+    }
+    // The bound never exceeds what is known to be achievable.
+    assert!(x.lower_bound <= greedy_dag.min(optimum.unwrap_or(f64::INFINITY)) * (1.0 + REL));
+}
+
+#[test]
+fn vgg_acyclic() {
+    run("vgg_acyclic", 2.0, 4.866774947848171, Some(4.866774947848171));
+}
+
+#[test]
+fn resnet50_acyclic() {
+    run("resnet50_acyclic", 2.0, 4.4257450071163476, Some(4.41599300802045));
+}
+
+/// The ILP does not finish on vgg, but its greedy extraction is optimal: the path bound
+/// (the costliest chain below the root) equals its cost, so this must be proven at once.
+#[test]
+fn vgg() {
+    run("vgg", 2.0, 4.850757016778516, Some(4.850757016778516));
+}
+
+#[test]
+fn resnet50() {
+    run("resnet50", 2.0, 4.396866964176297, None);
+}
+
+#[test]
+fn bert_acyclic() {
+    run("bert_acyclic", 3.0, 0.8270000170450658, None);
+}
+
+#[test]
+fn bert() {
+    run("bert", 3.0, 0.82470399630256, None);
+}
