@@ -229,6 +229,20 @@ struct Search<'a> {
 
 /// Solve a problem under `limits`.
 pub fn solve(p: &Problem, limits: &Limits) -> Outcome {
+    // Both searches recurse once per decision and per step (thousands deep on model
+    // e-graphs), so they run on a thread with a stack sized for the problem.
+    let frames = (p.classes.len() + p.nodes.len()) * 4 + 1024;
+    let stack = (frames * 2048).clamp(8 << 20, 1 << 30);
+    std::thread::scope(|scope| {
+        match std::thread::Builder::new().name("tg-planner".into()).stack_size(stack).spawn_scoped(scope, || solve_here(p, limits)) {
+            Ok(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            // No thread available: search on this one.
+            Err(_) => solve_here(p, limits),
+        }
+    })
+}
+
+fn solve_here(p: &Problem, limits: &Limits) -> Outcome {
     if p.nodes.len() > limits.single_device_min_nodes && crate::single::applies(p) {
         if let Some(out) = crate::single::solve(p, limits) {
             return out;
