@@ -82,3 +82,24 @@ fn bert_acyclic() {
 fn bert() {
     run("bert", 3.0, 0.82470399630256, None);
 }
+
+/// The optima `tg extract` proves within 60 s (docs/extract.md); about 35 s each on a quiet
+/// machine. `cargo test -p tg-extract --release --test gym -- --ignored`.
+#[test]
+#[ignore = "about 2 minutes: run with --ignored"]
+fn proven_optima_within_60s() {
+    for (name, optimum) in [("resnet50", 4.385794964760862), ("bert_acyclic", 0.708439016569173), ("bert", 0.7047199767839629)] {
+        let path = data_dir().join(format!("{name}.json"));
+        if !path.exists() {
+            println!("skipped: {} is absent (set TG_EXTRACTION_GYM_DATA)", path.display());
+            continue;
+        }
+        let g = read_json_file(&path).unwrap();
+        let opts = Options { time_limit: Duration::from_secs(60), ..Default::default() };
+        let x = extract(&g, &opts).unwrap();
+        println!("{name}: dag {} optimal {} in {:?}", x.dag_cost, x.optimal, x.elapsed);
+        assert_eq!(check(&g, &x.choices).unwrap(), x.dag_cost);
+        assert!(x.optimal, "{name}: not proven in 60 s");
+        assert!((x.dag_cost - optimum).abs() <= REL * optimum, "{name}: {}", x.dag_cost);
+    }
+}
