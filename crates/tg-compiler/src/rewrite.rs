@@ -26,7 +26,7 @@ pub(crate) fn summary(r: &RewriteReport) -> String {
     let applied: Vec<String> = s.applications.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k}:{n}")).collect();
     let fused: Vec<String> = r.fused.iter().map(|(k, n)| format!("{k}:{n}")).collect();
     format!(
-        "{} after {} iterations, {} e-nodes, {} e-classes; {} -> {} nodes; fused [{}]; applied [{}]{}",
+        "{} after {} iterations, {} e-nodes, {} e-classes; {} -> {} nodes; fused [{}]; applied [{}]{}{}",
         s.stop_reason,
         s.iterations,
         s.enodes,
@@ -35,6 +35,20 @@ pub(crate) fn summary(r: &RewriteReport) -> String {
         r.nodes_out,
         fused.join(" "),
         applied.join(" "),
-        if r.disabled.is_empty() { String::new() } else { format!("; off: {}", r.disabled.join(", ")) }
+        if r.disabled.is_empty() { String::new() } else { format!("; off: {}", r.disabled.join(", ")) },
+        match &r.extraction_proof {
+            Some(p) => {
+                let gap = if p.lower_bound > 0.0 { (r.cost_out_search - p.lower_bound) / p.lower_bound * 100.0 } else { 0.0 };
+                format!(
+                    "; planner: est. {:.3} ms, bound {:.3} ms, gap {:.2}%{}, {:.1} ms",
+                    r.cost_out_search / 1e6,
+                    p.lower_bound / 1e6,
+                    gap,
+                    if p.optimal { " (proven optimal)" } else { "" },
+                    p.millis
+                )
+            }
+            None => String::new(),
+        }
     )
 }
