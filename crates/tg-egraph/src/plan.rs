@@ -60,7 +60,7 @@ pub fn planning_problem(egraph: &TEGraph, roots: &[Id], model: &dyn CostModel) -
             } else {
                 let ins: Vec<(&[usize], DType)> = n.children.iter().map(|&ch| (egraph[ch].data.shape.as_slice(), egraph[ch].data.dtype)).collect();
                 let t = model.node_cost(&n.op, (&class.data.shape, class.data.dtype), &ins);
-                vec![tg_planner::ImplOption { kernel: n.op.name().to_string(), device: 0, time: (t.ceil() as u64).max(1), alias: false }]
+                vec![tg_planner::ImplOption { kernel: n.op.name().to_string(), device: 0, time: (t.ceil() as u64).clamp(1, tg_planner::problem::MAX_TIME), alias: false }]
             };
             nodes.push(tg_planner::Node { class: index[&c], children: if source.is_some() { Vec::new() } else { children }, source, options });
         }

@@ -5,6 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::PlanError;
 
+/// Largest time (ns) an option or a link latency may have: sums of thousands of them stay
+/// far from overflowing.
+pub const MAX_TIME: u64 = 1 << 48;
+/// Largest class size in bytes.
+pub const MAX_BYTES: u64 = 1 << 50;
+
 /// A device with its arena.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Device {
@@ -137,6 +143,9 @@ impl Problem {
             if l.from >= nd || l.to >= nd || l.from == l.to {
                 return bad(format!("link {i}: {} -> {} is not a link between two devices", l.from, l.to));
             }
+            if l.latency > MAX_TIME {
+                return bad(format!("link {i}: latency {} exceeds {MAX_TIME} ns", l.latency));
+            }
             if l.bytes_per_us == 0 {
                 return bad(format!("link {i}: bytes_per_us must be at least 1"));
             }
@@ -146,8 +155,8 @@ impl Problem {
         }
         let nc = self.classes.len();
         for (i, c) in self.classes.iter().enumerate() {
-            if c.bytes == 0 {
-                return bad(format!("class {i}: bytes must be at least 1"));
+            if c.bytes == 0 || c.bytes > MAX_BYTES {
+                return bad(format!("class {i}: bytes must be in 1..={MAX_BYTES}, got {}", c.bytes));
             }
         }
         let mut has_node = vec![false; nc];
@@ -170,6 +179,9 @@ impl Problem {
                         return bad(format!("node {i}: a computed node needs at least one option"));
                     }
                     for (k, o) in n.options.iter().enumerate() {
+                        if o.time > MAX_TIME {
+                            return bad(format!("node {i} option {k}: time {} exceeds {MAX_TIME} ns", o.time));
+                        }
                         if o.device >= nd {
                             return bad(format!("node {i} option {k}: device {} does not exist", o.device));
                         }

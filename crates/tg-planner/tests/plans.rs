@@ -199,3 +199,29 @@ fn validator_rejects_corrupted_plans() {
     wrong.option.insert(1, 0);
     assert!(validate(&p, &wrong).is_err(), "steps that do not match the decisions");
 }
+
+#[test]
+fn bad_problems_get_errors_naming_the_item() {
+    let cases = [
+        (r#"{"devices": [], "classes": [], "nodes": [], "roots": []}"#, "no devices"),
+        (r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}], "nodes": [{"class": 0, "source": "input"}], "roots": [1]}"#, "root class 1"),
+        (r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}, {"bytes": 4}], "nodes": [{"class": 0, "source": "input"}], "roots": [0]}"#, "class 1 has no nodes"),
+        (
+            r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}, {"bytes": 4}], "nodes": [{"class": 0, "source": "input"}, {"class": 1, "children": [0], "options": [{"device": 0, "time": 0}]}], "roots": [1]}"#,
+            "time at least 1",
+        ),
+        (
+            r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}, {"bytes": 4}], "nodes": [{"class": 0, "source": "input"}, {"class": 1, "children": [0], "options": [{"device": 0, "time": 18446744073709551615}]}], "roots": [1]}"#,
+            "exceeds",
+        ),
+        (
+            r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}, {"bytes": 4}], "nodes": [{"class": 0, "source": "input"}, {"class": 1, "children": [0, 0], "options": [{"device": 0, "time": 0, "alias": true}]}], "roots": [1]}"#,
+            "exactly one child",
+        ),
+        (r#"{"devices": [{"capacity": 8}], "classes": [{"bytes": 4}], "nodes": [{"class": 0, "source": "input"}], "roots": [0], "extra": 1"#, "planning problem"),
+    ];
+    for (text, want) in cases {
+        let e = Problem::from_json(text).expect_err(text).to_string();
+        assert!(e.contains(want), "{e:?} should mention {want:?}");
+    }
+}
