@@ -45,7 +45,8 @@ fn numel(s: &[usize]) -> f64 {
     s.iter().product::<usize>() as f64
 }
 
-fn bytes(s: &[usize], d: DType) -> f64 {
+/// Bytes of a tensor of shape `s` and dtype `d` (quantized rows at their block size).
+pub(crate) fn bytes(s: &[usize], d: DType) -> f64 {
     match d {
         DType::Quant(t) => {
             let rows: usize = s[..s.len().saturating_sub(1)].iter().product();

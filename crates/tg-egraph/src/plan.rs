@@ -27,16 +27,7 @@ impl Default for PlannerExtractor<KernelCost> {
 }
 
 fn class_bytes(shape: &[usize], dtype: DType) -> u64 {
-    let n: usize = shape.iter().product();
-    let b = match dtype {
-        DType::Quant(t) => {
-            let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
-            rows * t.row_bytes(*shape.last().unwrap_or(&0)).unwrap_or(0)
-        }
-        DType::F32 | DType::I32 => 4 * n,
-        DType::Bool => n,
-    };
-    (b as u64).max(1)
+    (crate::extract::bytes(shape, dtype) as u64).max(1)
 }
 
 /// The planning problem of an e-graph with roots `roots`: class ids in `ids` order.

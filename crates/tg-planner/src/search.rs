@@ -276,7 +276,7 @@ fn solve_here(p: &Problem, limits: &Limits) -> Outcome {
     }
     let mut root_lb = s.outer_bound().0;
     if root_lb < INF {
-        root_lb = root_lb.max(work_bound(p, &s.pre, limits.time.mul_f64(0.05).min(Duration::from_secs(1))));
+        root_lb = root_lb.max(work_bound(p, limits.time.mul_f64(0.05).min(Duration::from_secs(1))));
         // Probing: limited discrepancy search with cheap inner searches (a few hundred
         // orders per decision) finds good incumbents before the complete search, which would
         // otherwise spend its budget on the orders of the first decisions it meets.
@@ -591,29 +591,14 @@ impl Search<'_> {
         if (timed.makespan, timed.peak) >= (bm, bp) {
             return;
         }
-        let mut offsets = vec![0u64; cfg.buffers.len()];
-        for d in 0..self.p.devices.len() {
-            let ids: Vec<usize> = (0..cfg.buffers.len()).filter(|&b| cfg.buffers[b].device == d).collect();
-            let items: Vec<Item> = ids
-                .iter()
-                .map(|&b| {
-                    let (start, end) = timed.live[b].unwrap_or((0, u64::MAX));
-                    Item { start, end, bytes: cfg.buffers[b].bytes }
-                })
-                .collect();
-            match memory::pack(&items, self.p.devices[d].capacity, self.limits.pack_nodes, Some(self.deadline)) {
-                Packing::Fits(offs) => {
-                    for (i, &b) in ids.iter().enumerate() {
-                        offsets[b] = offs[i];
-                    }
-                }
-                Packing::Infeasible => return,
-                Packing::Unknown => {
-                    self.pack_unknown = true;
-                    return;
-                }
+        let offsets = match pack_plan(self.p, cfg, &timed, self.limits.pack_nodes, self.deadline) {
+            Packing::Fits(o) => o,
+            Packing::Infeasible => return,
+            Packing::Unknown => {
+                self.pack_unknown = true;
+                return;
             }
-        }
+        };
         if self.first_plan.is_none() {
             self.first_plan = Some(self.t0.elapsed());
         }
@@ -621,30 +606,37 @@ impl Search<'_> {
     }
 }
 
+/// Offsets for every buffer of a timed configuration, device by device
+/// ([`memory::pack`]); the first device that does not fit decides the verdict.
+pub(crate) fn pack_plan(p: &Problem, cfg: &Config, timed: &Timed, pack_nodes: u64, deadline: Instant) -> Packing {
+    let mut offsets = vec![0u64; cfg.buffers.len()];
+    for (d, dev) in p.devices.iter().enumerate() {
+        let ids: Vec<usize> = (0..cfg.buffers.len()).filter(|&b| cfg.buffers[b].device == d).collect();
+        let items: Vec<Item> = ids
+            .iter()
+            .map(|&b| {
+                let (start, end) = timed.live[b].unwrap_or((0, u64::MAX));
+                Item { start, end, bytes: cfg.buffers[b].bytes }
+            })
+            .collect();
+        match memory::pack(&items, dev.capacity, pack_nodes, Some(deadline)) {
+            Packing::Fits(offs) => {
+                for (i, &b) in ids.iter().enumerate() {
+                    offsets[b] = offs[i];
+                }
+            }
+            other => return other,
+        }
+    }
+    Packing::Fits(offsets)
+}
+
 /// Total work: every plan runs the kernels of an acyclic choice (kept classes run nothing),
 /// so the DAG-cost extraction bound with each node at its cheapest option (and a free leaf
 /// for every class that could be kept) bounds the total work; spread over the devices it
 /// bounds the makespan. `tg_extract` proves the extraction bound.
-fn work_bound(p: &Problem, pre: &Pre, time: Duration) -> u64 {
-    let mut e = tg_extract::EGraphBuilder::new();
-    let classes: Vec<tg_extract::ClassId> = (0..p.classes.len()).map(|c| e.add_class(c.to_string())).collect();
-    for (i, n) in p.nodes.iter().enumerate() {
-        let cost = n.options.iter().map(|o| o.time).min().unwrap_or(0);
-        if e.add_node(classes[n.class], i.to_string(), cost as f64, n.children.iter().map(|&c| classes[c])).is_err() {
-            return 0;
-        }
-    }
-    for (c, class) in p.classes.iter().enumerate() {
-        if pre.min_any[c] == 0 && class.cacheable && e.add_node(classes[c], format!("keep {c}"), 0.0, []).is_err() {
-            return 0;
-        }
-    }
-    for &r in &p.roots {
-        if e.add_root(classes[r]).is_err() {
-            return 0;
-        }
-    }
-    let Ok(g) = e.build() else { return 0 };
+fn work_bound(p: &Problem, time: Duration) -> u64 {
+    let Some((g, _)) = crate::single::extraction_graph(p, true) else { return 0 };
     match tg_extract::extract(&g, &tg_extract::Options { time_limit: time, ..Default::default() }) {
         Ok(x) => ((x.lower_bound - 1e-6).max(0.0) / p.devices.len() as f64).ceil() as u64,
         // No acyclic extraction: the outer search proves infeasibility itself.

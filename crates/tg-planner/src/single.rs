@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use tg_extract::{ClassId, EGraphBuilder};
 
-use crate::config::{BufDef, Config};
-use crate::memory::{self, Item, Packing};
+use crate::config::Config;
+use crate::memory::Packing;
 use crate::problem::Problem;
 use crate::search::{Limits, Outcome, Solution, Status};
 
@@ -26,25 +26,7 @@ pub(crate) fn applies(p: &Problem) -> bool {
 /// general search then decides).
 pub(crate) fn solve(p: &Problem, limits: &Limits) -> Option<Outcome> {
     let t0 = Instant::now();
-    let mut e = EGraphBuilder::new();
-    let classes: Vec<ClassId> = (0..p.classes.len()).map(|c| e.add_class(c.to_string())).collect();
-    // Extraction node -> (planner node, option).
-    let mut back = Vec::with_capacity(p.nodes.len());
-    for (i, n) in p.nodes.iter().enumerate() {
-        let (cost, opt) = match n.source {
-            Some(_) => (0, 0),
-            None => {
-                let (k, o) = n.options.iter().enumerate().min_by_key(|(_, o)| o.time)?;
-                (o.time, k)
-            }
-        };
-        e.add_node(classes[n.class], i.to_string(), cost as f64, n.children.iter().map(|&c| classes[c])).ok()?;
-        back.push((i, opt));
-    }
-    for &r in &p.roots {
-        e.add_root(classes[r]).ok()?;
-    }
-    let g = e.build().ok()?;
+    let (g, back) = extraction_graph(p, false)?;
     let opts = tg_extract::Options { time_limit: limits.time, ..Default::default() };
     let nc = p.classes.len();
     let x = match tg_extract::extract(&g, &opts) {
@@ -74,13 +56,7 @@ pub(crate) fn solve(p: &Problem, limits: &Limits) -> Option<Outcome> {
         t += cfg.time[s];
     }
     let timed = cfg.timed(p, start);
-    let items: Vec<Item> = (0..cfg.buffers.len())
-        .map(|b| {
-            let (start, end) = timed.live[b].unwrap_or((0, u64::MAX));
-            Item { start, end, bytes: cfg.buffers[b].bytes }
-        })
-        .collect();
-    let offsets = match memory::pack(&items, p.devices[0].capacity, limits.pack_nodes, Some(t0 + limits.time)) {
+    let offsets = match crate::search::pack_plan(p, &cfg, &timed, limits.pack_nodes, t0 + limits.time) {
         Packing::Fits(o) => o,
         _ => return None,
     };
@@ -99,30 +75,61 @@ pub(crate) fn solve(p: &Problem, limits: &Limits) -> Option<Outcome> {
     })
 }
 
+/// The DAG-cost extraction graph of `p`: one extraction node per planner node, at its
+/// cheapest option's time (sources 0); with `free_keep`, one more free leaf for every class
+/// that could be kept (cacheable, and some device's cache budget holds it). Returns the graph and, per extraction node below the planner's, the
+/// planner node and option it stands for. `None` if the builder rejects it (it cannot for a
+/// checked problem).
+pub(crate) fn extraction_graph(p: &Problem, free_keep: bool) -> Option<(tg_extract::EGraph, Vec<(usize, usize)>)> {
+    let mut e = EGraphBuilder::new();
+    let classes: Vec<ClassId> = (0..p.classes.len()).map(|c| e.add_class(c.to_string())).collect();
+    let mut back = Vec::with_capacity(p.nodes.len());
+    for (i, n) in p.nodes.iter().enumerate() {
+        let (k, t) = n.options.iter().enumerate().min_by_key(|(_, o)| o.time).map_or((0, 0), |(k, o)| (k, o.time));
+        e.add_node(classes[n.class], i.to_string(), t as f64, n.children.iter().map(|&c| classes[c])).ok()?;
+        back.push((i, k));
+    }
+    if free_keep {
+        for (c, class) in p.classes.iter().enumerate() {
+            if class.cacheable && p.devices.iter().any(|d| d.cache_budget >= class.bytes) {
+                e.add_node(classes[c], format!("keep {c}"), 0.0, []).ok()?;
+            }
+        }
+    }
+    for &r in &p.roots {
+        e.add_root(classes[r]).ok()?;
+    }
+    Some((e.build().ok()?, back))
+}
+
 /// The largest `output + operand buffers` of any kernel: live at once, so a bound on the peak.
 fn footprint_bound(cfg: &Config) -> u64 {
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); cfg.steps.len()];
+    let (reads, out) = step_io(cfg);
+    (0..cfg.steps.len()).map(|s| out[s] + reads[s].iter().map(|&b| cfg.buffers[b].bytes).sum::<u64>()).max().unwrap_or(0)
+}
+
+/// Per step: the buffers it reads, and the bytes of the buffer it writes.
+fn step_io(cfg: &Config) -> (Vec<Vec<usize>>, Vec<u64>) {
+    let n = cfg.steps.len();
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut out = vec![0u64; n];
     for (b, buf) in cfg.buffers.iter().enumerate() {
         for &r in &buf.readers {
             reads[r].push(b);
         }
+        if let Some(w) = buf.writer {
+            out[w] = buf.bytes;
+        }
     }
-    let out_of = |s: usize| cfg.buffers.iter().position(|b| b.writer == Some(s));
-    (0..cfg.steps.len()).map(|s| out_of(s).map_or(0, |b| cfg.buffers[b].bytes) + reads[s].iter().map(|&b| cfg.buffers[b].bytes).sum::<u64>()).max().unwrap_or(0)
+    (reads, out)
 }
 
 /// A list schedule that keeps live memory low: among the ready steps, run the one that
 /// allocates the least net of what it frees (its output minus the operands it reads last).
 pub(crate) fn memory_order(cfg: &Config) -> Vec<usize> {
     let n = cfg.steps.len();
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let (reads, out) = step_io(cfg);
     let mut left: Vec<usize> = cfg.buffers.iter().map(|b| b.readers.len() + usize::from(b.holds_root)).collect();
-    for (b, buf) in cfg.buffers.iter().enumerate() {
-        for &r in &buf.readers {
-            reads[r].push(b);
-        }
-    }
-    let out: Vec<u64> = (0..n).map(|s| cfg.buffers.iter().find(|b| b.writer == Some(s)).map_or(0, |b: &BufDef| b.bytes)).collect();
     let mut missing: Vec<usize> = cfg.deps.iter().map(Vec::len).collect();
     let mut ready: Vec<usize> = (0..n).filter(|&s| missing[s] == 0).collect();
     let mut order = Vec::with_capacity(n);
