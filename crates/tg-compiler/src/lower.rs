@@ -216,7 +216,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let ids = l.operand(n.inputs[1]);
                 l.emit(i, n, Kernel::Gather, vec![t, ids], shape, n.dtype)?
             }
-            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } => {
+            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } => {
                 let k = match &n.op {
                     Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
                     Op::RopeNeox => Kernel::RopeNeox,
@@ -225,6 +225,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                     Op::GatedGelu => Kernel::GatedGelu,
                     Op::Softmax => Kernel::Softmax,
                     Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
+                    Op::AddRmsNorm { eps_bits } => Kernel::AddRmsNorm { eps_bits: *eps_bits },
                     _ => unreachable!("matched above"),
                 };
                 // Fused kernels read their operands as plain rows: `emit` copies any
@@ -254,12 +255,9 @@ fn view_of(op: &Op, src: &Layout, shape: &[usize], contiguous_src: bool) -> Opti
                 None
             }
         }
-        Op::Permute { perm } => Some(Layout {
-            shape: perm.iter().map(|&p| src.shape[p]).collect(),
-            strides: perm.iter().map(|&p| src.strides[p]).collect(),
-            offset: src.offset,
-            dtype: src.dtype,
-        }),
+        Op::Permute { perm } => {
+            Some(Layout { shape: perm.iter().map(|&p| src.shape[p]).collect(), strides: perm.iter().map(|&p| src.strides[p]).collect(), offset: src.offset, dtype: src.dtype })
+        }
         Op::Expand => Some(broadcast_view(src, shape)),
         Op::Slice { axis, start, .. } => {
             let mut v = src.clone();

@@ -83,6 +83,35 @@ fn rms_norm_gelu_gated_softmax() {
 }
 
 #[test]
+fn add_rms_norm_and_its_two_views() {
+    // Both results read back through the slice + reshape views the rewrite rule builds: the
+    // sum feeds a binary op (strided read at offset 0) and the norm a fused kernel
+    // (contiguous, at an offset half-way into the buffer).
+    for (seed, rows, n) in [(31u64, 1usize, 1usize), (32, 5, 7), (33, 9, 640), (34, 3, 768)] {
+        let mut c = Case::new(seed);
+        let a = c.input("a", &[rows, n], -3.0, 3.0);
+        let b = c.input("b", &[rows, n], -3.0, 3.0);
+        let w = c.input("w", &[n], 0.5, 1.5);
+        let t = c.b.push(Op::AddRmsNorm { eps_bits: 1e-6f64.to_bits() }, &[a, b, w], None).unwrap();
+        let sum = c.b.slice(t, 0, 0, 1).unwrap();
+        let sum = c.b.reshape(sum, &[rows, n]).unwrap();
+        let norm = c.b.slice(t, 0, 1, 2).unwrap();
+        let norm = c.b.reshape(norm, &[rows, n]).unwrap();
+        let g2 = c.b.push(Op::GatedGelu, &[norm, sum], None).unwrap();
+        let (g, i) = c.finish(g2);
+        check(&format!("add_rms_norm {rows}x{n}"), &g, &i, 1e-11);
+        // The op itself as the output.
+        let mut c = Case::new(seed + 50);
+        let a = c.input("a", &[rows, n], -3.0, 3.0);
+        let b = c.input("b", &[rows, n], -3.0, 3.0);
+        let w = c.input("w", &[n], 0.5, 1.5);
+        let t = c.b.push(Op::AddRmsNorm { eps_bits: 1e-5f64.to_bits() }, &[a, b, w], None).unwrap();
+        let (g, i) = c.finish(t);
+        check(&format!("add_rms_norm (whole) {rows}x{n}"), &g, &i, 1e-12);
+    }
+}
+
+#[test]
 fn rope_neox_from_a_permuted_view() {
     for (seed, seq, heads, d) in [(5u64, 1usize, 1usize, 2usize), (6, 5, 4, 256), (7, 17, 3, 32)] {
         let mut c = Case::new(seed);
@@ -109,7 +138,9 @@ fn rope_neox_from_a_permuted_view() {
 
 #[test]
 fn attention_grouped_with_causal_and_window_masks() {
-    for (seed, nkv, group, sq, sk, d, window) in [(8u64, 1usize, 4usize, 5usize, 5usize, 256usize, None), (9, 2, 2, 33, 33, 32, Some(7)), (10, 1, 3, 1, 70, 64, None), (11, 1, 1, 130, 130, 16, Some(40))] {
+    for (seed, nkv, group, sq, sk, d, window) in
+        [(8u64, 1usize, 4usize, 5usize, 5usize, 256usize, None), (9, 2, 2, 33, 33, 32, Some(7)), (10, 1, 3, 1, 70, 64, None), (11, 1, 1, 130, 130, 16, Some(40))]
+    {
         let mut c = Case::new(seed);
         let q = c.input("q", &[nkv, group, sq, d], -1.0, 1.0);
         let k = c.input("k", &[nkv, 1, sk, d], -1.0, 1.0);

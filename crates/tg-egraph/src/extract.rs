@@ -81,6 +81,8 @@ impl CostModel for KernelCost {
             }
             Op::Concat { .. } | Op::Gather => kernel(0.0),
             Op::RmsNorm { .. } => kernel(4.0 * n),
+            // the sum and its norm: `n` counts both halves of the output.
+            Op::AddRmsNorm { .. } => kernel(2.5 * n),
             Op::RopeNeox => kernel(6.0 * n),
             Op::RmsNormRopeNeox { .. } => kernel(10.0 * n),
             Op::GeluTanh => kernel(14.0 * n),

@@ -65,7 +65,9 @@ fn report_line(what: &str, out: &tg_egraph::Rewritten) {
     eprintln!("--- {what}\n{}", out.report);
 }
 
-fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config) -> tg_egraph::Rewritten {
+/// `final_add_fuses`: the final norm reads the last residual add directly (all positions,
+/// or a single one), so that add fuses with it too.
+fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config, final_add_fuses: bool) -> tg_egraph::Rewritten {
     let out = rewrite(g, &RewriteOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
     report_line(what, &out);
     let s = &out.report.saturation;
@@ -75,8 +77,11 @@ fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config) -> tg_egraph::
     let l = cfg.n_layer;
     let f = &out.report.fused;
     // Six norms per block (input, q, k, post-attention, pre-FFN, post-FFN) and the final one;
-    // the q and k norms are fused with their RoPE.
-    assert_eq!(f.get("rms_norm"), Some(&(4 * l + 1)), "{what}: {f:?}");
+    // the q and k norms are fused with their RoPE; the norm after each residual add (pre-FFN,
+    // the next block's input norm, the final norm) is fused with the add.
+    let add_norms = 2 * l - 1 + final_add_fuses as usize;
+    assert_eq!(f.get("add_rms_norm"), Some(&add_norms), "{what}: {f:?}");
+    assert_eq!(f.get("rms_norm"), Some(&(4 * l + 1 - add_norms)), "{what}: {f:?}");
     assert_eq!(f.get("rms_norm_rope_neox"), Some(&(2 * l)), "{what}: {f:?}");
     assert_eq!(f.get("rope_neox"), None, "{what}: every RoPE follows a q/k norm: {f:?}");
     assert_eq!(f.get("attention"), Some(&l), "{what}: {f:?}");
@@ -99,13 +104,13 @@ fn gemma_270m_saturates_fast_and_fuses_every_block() {
     let shapes = Shapes::new(cfg.expected_tensors(), DType::Quant(tg_quant::GgmlType::Q8_0));
     for seq in [5, 128] {
         let g = build_graph(&cfg, &shapes, seq, Logits::Last).unwrap();
-        let out = check_gemma_fusions(&format!("gemma-3-270m, seq {seq}"), &g, &cfg);
+        let out = check_gemma_fusions(&format!("gemma-3-270m, seq {seq}"), &g, &cfg, false);
         eprintln!("nodes {} -> {}; ops after: {:?}", g.nodes.len(), out.graph.nodes.len(), out.graph.op_histogram());
     }
     if Path::new(GGUF).exists() {
         let f = tg_gguf::GgufFile::open(Path::new(GGUF)).unwrap();
         let g = build_graph(&cfg, &f, 5, Logits::Last).unwrap();
-        check_gemma_fusions("gemma-3-270m (GGUF shapes), seq 5", &g, &cfg);
+        check_gemma_fusions("gemma-3-270m (GGUF shapes), seq 5", &g, &cfg, false);
     }
 }
 
@@ -140,7 +145,7 @@ fn small_gemma_rewritten_computes_the_same_logits() {
     let base = base_seed("small_gemma_rewritten_computes_the_same_logits", 0x6e_aa);
     for (i, seq) in [1usize, 5, 6].into_iter().enumerate() {
         let g = build_graph(&cfg, &shapes, seq, Logits::All).unwrap();
-        let out = check_gemma_fusions(&format!("small gemma, seq {seq}"), &g, &cfg);
+        let out = check_gemma_fusions(&format!("small gemma, seq {seq}"), &g, &cfg, true);
         let mut r = rng(base + i as u64);
         let (mut inputs, weights) = random_feeds(&g, &mut r, 0.5);
         // Token ids within the vocabulary.
@@ -170,7 +175,7 @@ fn embedding_gemma_fuses_every_block() {
     for (tokens, batch) in [(9, 2), (64, 3)] {
         let g = tg_models::embedding_gemma::build_embedding_graph(&cfg, &shapes, &names, tokens, batch, cfg.output_dim()).unwrap();
         let what = format!("embeddinggemma, {tokens} tokens in {batch} texts");
-        let out = check_gemma_fusions(&what, &g, &cfg.encoder);
+        let out = check_gemma_fusions(&what, &g, &cfg.encoder, true);
         assert!(cfg.encoder.norm_offset == 1.0, "EmbeddingGemma uses (1 + w) norms");
         let _ = out;
     }

@@ -206,3 +206,32 @@ fn second_reader_of_gelu() {
     // recomputes it, and either way the outputs are right (checked above).
     assert!(out.nodes.iter().any(|n| n.op == Op::GeluTanh), "{:?}", out.op_histogram());
 }
+
+#[test]
+fn add_rmsnorm_with_a_broadcast_summand_is_not_fused() {
+    // a [3, 5] + b [5]: the kernel adds two equal-shaped operands, so this stays an add and
+    // an RMSNorm (the RMSNorm itself still fuses).
+    let g = graph(&[vec![3, 5], vec![5], vec![5]], &|b, x| {
+        let s = b.add(x[0], x[1])?;
+        Ok(vec![p::rms_norm(b, s, x[2], 1e-6, 1, false)?])
+    });
+    let out = assert_no_fusion("add + rmsnorm, broadcast summand", &g, |o| matches!(o, Op::AddRmsNorm { .. }));
+    assert!(out.nodes.iter().any(|n| matches!(n.op, Op::RmsNorm { .. })), "the RMSNorm alone still fuses");
+}
+
+#[test]
+fn add_rmsnorm_fuses_with_the_sum_read_twice() {
+    // The residual stream of a transformer: s = a + b feeds the norm and the next add; the
+    // fused kernel writes both, and the extracted graph computes every output.
+    let g = graph(&[vec![4, 6], vec![4, 6], vec![6], vec![4, 6]], &|b, x| {
+        let s = b.add(x[0], x[1])?;
+        let y = p::rms_norm(b, s, x[2], 1e-5, 1, false)?;
+        let r = b.add(s, x[3])?;
+        Ok(vec![y, r])
+    });
+    let out = check_values("add + rmsnorm, sum read twice", &g);
+    let fused = out.nodes.iter().filter(|n| matches!(n.op, Op::AddRmsNorm { .. })).count();
+    let adds = out.nodes.iter().filter(|n| matches!(n.op, Op::Binary(tg_ir::BinaryOp::Add))).count();
+    assert_eq!(fused, 1, "one add_rms_norm: {out:?}");
+    assert_eq!(adds, 1, "only the second add remains: the sum is read from the fused kernel, not recomputed");
+}

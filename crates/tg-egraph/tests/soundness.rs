@@ -85,40 +85,60 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
         ("reshape-reshape", |rng| {
             let s = dims(rng, 3, 5);
             let (a, b_, c) = (s[0], s[1], s[2]);
-            case(std::slice::from_ref(&s), &[], &|b, x, _| {
-                let r = b.reshape(x[0], &[a * b_, c])?;
-                b.reshape(r, &[a, b_ * c])
-            }, &|b, x, _| b.reshape(x[0], &[a, b_ * c]))
+            case(
+                std::slice::from_ref(&s),
+                &[],
+                &|b, x, _| {
+                    let r = b.reshape(x[0], &[a * b_, c])?;
+                    b.reshape(r, &[a, b_ * c])
+                },
+                &|b, x, _| b.reshape(x[0], &[a, b_ * c]),
+            )
         }),
         ("reshape-identity", |rng| {
             let s = dims(rng, 3, 5);
             let s2 = s.clone();
-            case(&[s], &[], &|b, x, _| {
-                let n = b.unary(UnaryOp::Neg, x[0])?;
-                let r = b.reshape(n, &s2)?;
-                b.unary(UnaryOp::Exp, r)
-            }, &|b, x, _| {
-                let n = b.unary(UnaryOp::Neg, x[0])?;
-                b.unary(UnaryOp::Exp, n)
-            })
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let n = b.unary(UnaryOp::Neg, x[0])?;
+                    let r = b.reshape(n, &s2)?;
+                    b.unary(UnaryOp::Exp, r)
+                },
+                &|b, x, _| {
+                    let n = b.unary(UnaryOp::Neg, x[0])?;
+                    b.unary(UnaryOp::Exp, n)
+                },
+            )
         }),
         ("permute-permute", |rng| {
             let s = dims(rng, 4, 4);
             let (q, pp) = (perm(rng, 4), perm(rng, 4));
             let r: Vec<usize> = pp.iter().map(|&i| q[i]).collect();
-            case(&[s], &[], &|b, x, _| {
-                let t = b.permute(x[0], &q)?;
-                b.permute(t, &pp)
-            }, &|b, x, _| b.permute(x[0], &r))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let t = b.permute(x[0], &q)?;
+                    b.permute(t, &pp)
+                },
+                &|b, x, _| b.permute(x[0], &r),
+            )
         }),
         ("permute-identity", |rng| {
             let n = rng.gen_range(1..5);
             let s = dims(rng, n, 4);
             let id: Vec<usize> = (0..n).collect();
-            case(&[s], &[], &|b, x, _| {
-                let t = b.permute(x[0], &id)?;
-                b.unary(UnaryOp::Tanh, t)
-            }, &|b, x, _| b.unary(UnaryOp::Tanh, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let t = b.permute(x[0], &id)?;
+                    b.unary(UnaryOp::Tanh, t)
+                },
+                &|b, x, _| b.unary(UnaryOp::Tanh, x[0]),
+            )
         }),
         ("permute-unit-dims", |rng| {
             // A shape with unit dims and a permutation that moves only them.
@@ -136,38 +156,64 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
         }),
         ("expand-expand", |rng| {
             let (a, b_, c) = (rng.gen_range(1..5), rng.gen_range(1..5), rng.gen_range(1..5));
-            case(&[vec![1, c]], &[], &|b, x, _| {
-                let e = b.expand(x[0], &[b_, c])?;
-                b.expand(e, &[a, b_, c])
-            }, &|b, x, _| b.expand(x[0], &[a, b_, c]))
+            case(
+                &[vec![1, c]],
+                &[],
+                &|b, x, _| {
+                    let e = b.expand(x[0], &[b_, c])?;
+                    b.expand(e, &[a, b_, c])
+                },
+                &|b, x, _| b.expand(x[0], &[a, b_, c]),
+            )
         }),
         ("expand-identity", |rng| {
             let s = dims(rng, 3, 4);
             let s2 = s.clone();
-            case(&[s], &[], &|b, x, _| {
-                let e = b.expand(x[0], &s2)?;
-                b.unary(UnaryOp::Neg, e)
-            }, &|b, x, _| b.unary(UnaryOp::Neg, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let e = b.expand(x[0], &s2)?;
+                    b.unary(UnaryOp::Neg, e)
+                },
+                &|b, x, _| b.unary(UnaryOp::Neg, x[0]),
+            )
         }),
         ("slice-full", |rng| {
             let s = dims(rng, 3, 5);
             let axis = rng.gen_range(0..3);
             let n = s[axis];
-            case(&[s], &[], &|b, x, _| {
-                let t = b.slice(x[0], axis, 0, n)?;
-                b.unary(UnaryOp::Sin, t)
-            }, &|b, x, _| b.unary(UnaryOp::Sin, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let t = b.slice(x[0], axis, 0, n)?;
+                    b.unary(UnaryOp::Sin, t)
+                },
+                &|b, x, _| b.unary(UnaryOp::Sin, x[0]),
+            )
         }),
         ("slice-slice", |rng| {
             let a = rng.gen_range(1..4);
             let n = rng.gen_range(2..12);
-            let (s1, e1) = { let s = rng.gen_range(0..n); (s, rng.gen_range(s + 1..=n)) };
+            let (s1, e1) = {
+                let s = rng.gen_range(0..n);
+                (s, rng.gen_range(s + 1..=n))
+            };
             let m = e1 - s1;
-            let (s2, e2) = { let s = rng.gen_range(0..m); (s, rng.gen_range(s + 1..=m)) };
-            case(&[vec![a, n]], &[], &|b, x, _| {
-                let t = b.slice(x[0], 1, s1, e1)?;
-                b.slice(t, 1, s2, e2)
-            }, &|b, x, _| b.slice(x[0], 1, s1 + s2, s1 + e2))
+            let (s2, e2) = {
+                let s = rng.gen_range(0..m);
+                (s, rng.gen_range(s + 1..=m))
+            };
+            case(
+                &[vec![a, n]],
+                &[],
+                &|b, x, _| {
+                    let t = b.slice(x[0], 1, s1, e1)?;
+                    b.slice(t, 1, s2, e2)
+                },
+                &|b, x, _| b.slice(x[0], 1, s1 + s2, s1 + e2),
+            )
         }),
         ("concat-slices", |rng| {
             let s = dims(rng, 3, 6);
@@ -183,33 +229,53 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             if bounds.len() < 3 {
                 // A single piece: concat needs two; use an axis of size ≥ 2.
                 let s = vec![2, s[1], s[2]];
-                return case(&[s], &[], &|b, x, _| {
-                    let a = b.slice(x[0], 0, 0, 1)?;
-                    let c = b.slice(x[0], 0, 1, 2)?;
-                    let t = b.concat(&[a, c], 0)?;
-                    b.unary(UnaryOp::Neg, t)
-                }, &|b, x, _| b.unary(UnaryOp::Neg, x[0]));
+                return case(
+                    &[s],
+                    &[],
+                    &|b, x, _| {
+                        let a = b.slice(x[0], 0, 0, 1)?;
+                        let c = b.slice(x[0], 0, 1, 2)?;
+                        let t = b.concat(&[a, c], 0)?;
+                        b.unary(UnaryOp::Neg, t)
+                    },
+                    &|b, x, _| b.unary(UnaryOp::Neg, x[0]),
+                );
             }
-            case(&[s], &[], &|b, x, _| {
-                let parts: Vec<Tensor> = bounds.windows(2).map(|w| b.slice(x[0], axis, w[0], w[1])).collect::<Result<_, _>>()?;
-                let t = b.concat(&parts, axis)?;
-                b.unary(UnaryOp::Neg, t)
-            }, &|b, x, _| b.unary(UnaryOp::Neg, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let parts: Vec<Tensor> = bounds.windows(2).map(|w| b.slice(x[0], axis, w[0], w[1])).collect::<Result<_, _>>()?;
+                    let t = b.concat(&parts, axis)?;
+                    b.unary(UnaryOp::Neg, t)
+                },
+                &|b, x, _| b.unary(UnaryOp::Neg, x[0]),
+            )
         }),
         ("matmul-transposed-rhs", |rng| {
             let (bt, m, k, n) = (rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..7), rng.gen_range(1..6));
             if rng.gen_bool(0.5) {
                 // a · permute(b [bt, n, k])  =  a · bᵀ
-                case(&[vec![bt, m, k], vec![bt, n, k]], &[], &|b, x, _| {
-                    let t = b.permute(x[1], &[0, 2, 1])?;
-                    b.matmul(x[0], t, false)
-                }, &|b, x, _| b.matmul(x[0], x[1], true))
+                case(
+                    &[vec![bt, m, k], vec![bt, n, k]],
+                    &[],
+                    &|b, x, _| {
+                        let t = b.permute(x[1], &[0, 2, 1])?;
+                        b.matmul(x[0], t, false)
+                    },
+                    &|b, x, _| b.matmul(x[0], x[1], true),
+                )
             } else {
                 // a · permute(b [bt, k, n])ᵀ  =  a · b
-                case(&[vec![bt, m, k], vec![bt, k, n]], &[], &|b, x, _| {
-                    let t = b.permute(x[1], &[0, 2, 1])?;
-                    b.matmul(x[0], t, true)
-                }, &|b, x, _| b.matmul(x[0], x[1], false))
+                case(
+                    &[vec![bt, m, k], vec![bt, k, n]],
+                    &[],
+                    &|b, x, _| {
+                        let t = b.permute(x[1], &[0, 2, 1])?;
+                        b.matmul(x[0], t, true)
+                    },
+                    &|b, x, _| b.matmul(x[0], x[1], false),
+                )
             }
         }),
         ("scalar-mul-out-of-reshape", |rng| {
@@ -218,26 +284,36 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let swap = rng.gen_bool(0.5);
             let flat = vec![s.iter().product::<usize>()];
             let f2 = flat.clone();
-            case(&[s], &[], &|b, x, _| {
-                let y = p::scaled(b, x[0], c, swap)?;
-                b.reshape(y, &flat)
-            }, &|b, x, _| {
-                let r = b.reshape(x[0], &f2)?;
-                p::scaled(b, r, c, false)
-            })
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let y = p::scaled(b, x[0], c, swap)?;
+                    b.reshape(y, &flat)
+                },
+                &|b, x, _| {
+                    let r = b.reshape(x[0], &f2)?;
+                    p::scaled(b, r, c, false)
+                },
+            )
         }),
         ("scalar-mul-out-of-permute", |rng| {
             let s = dims(rng, 3, 5);
             let c: f64 = rng.gen_range(-3.0..3.0);
             let swap = rng.gen_bool(0.5);
             let q = perm(rng, 3);
-            case(&[s], &[], &|b, x, _| {
-                let y = p::scaled(b, x[0], c, swap)?;
-                b.permute(y, &q)
-            }, &|b, x, _| {
-                let t = b.permute(x[0], &q)?;
-                p::scaled(b, t, c, false)
-            })
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let y = p::scaled(b, x[0], c, swap)?;
+                    b.permute(y, &q)
+                },
+                &|b, x, _| {
+                    let t = b.permute(x[0], &q)?;
+                    p::scaled(b, t, c, false)
+                },
+            )
         }),
         // ---- simplify
         ("mul-one", |rng| identity_case(rng, BinaryOp::Mul, 1.0, true)),
@@ -246,18 +322,28 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
         ("div-one", |rng| identity_case(rng, BinaryOp::Div, 1.0, false)),
         ("neg-neg", |rng| {
             let s = dims(rng, 2, 6);
-            case(&[s], &[], &|b, x, _| {
-                let n = b.unary(UnaryOp::Neg, x[0])?;
-                let n = b.unary(UnaryOp::Neg, n)?;
-                b.unary(UnaryOp::Exp, n)
-            }, &|b, x, _| b.unary(UnaryOp::Exp, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let n = b.unary(UnaryOp::Neg, x[0])?;
+                    let n = b.unary(UnaryOp::Neg, n)?;
+                    b.unary(UnaryOp::Exp, n)
+                },
+                &|b, x, _| b.unary(UnaryOp::Exp, x[0]),
+            )
         }),
         ("cast-same", |rng| {
             let s = dims(rng, 2, 6);
-            case(&[s], &[], &|b, x, _| {
-                let c = b.cast(x[0], DType::F32)?;
-                b.unary(UnaryOp::Tanh, c)
-            }, &|b, x, _| b.unary(UnaryOp::Tanh, x[0]))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let c = b.cast(x[0], DType::F32)?;
+                    b.unary(UnaryOp::Tanh, c)
+                },
+                &|b, x, _| b.unary(UnaryOp::Tanh, x[0]),
+            )
         }),
         ("fold-unary", |rng| {
             let s = dims(rng, 2, 5);
@@ -265,14 +351,19 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let u = ops[rng.gen_range(0..ops.len())];
             let c: f64 = rng.gen_range(0.1..3.0);
             let v = unary_value(u, c);
-            case(&[s], &[], &|b, x, _| {
-                let k = b.scalar(c)?;
-                let f = b.unary(u, k)?;
-                b.add(x[0], f)
-            }, &|b, x, _| {
-                let k = b.scalar(v)?;
-                b.add(x[0], k)
-            })
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let k = b.scalar(c)?;
+                    let f = b.unary(u, k)?;
+                    b.add(x[0], f)
+                },
+                &|b, x, _| {
+                    let k = b.scalar(v)?;
+                    b.add(x[0], k)
+                },
+            )
         }),
         ("fold-binary", |rng| {
             let s = dims(rng, 2, 5);
@@ -287,23 +378,33 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 BinaryOp::Max => c1.max(c2),
                 _ => c1.min(c2),
             };
-            case(&[s], &[], &|b, x, _| {
-                let (k1, k2) = (b.scalar(c1)?, b.scalar(c2)?);
-                let k = b.binary(op, k1, k2)?;
-                b.mul(x[0], k)
-            }, &|b, x, _| {
-                let k = b.scalar(v)?;
-                b.mul(x[0], k)
-            })
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let (k1, k2) = (b.scalar(c1)?, b.scalar(c2)?);
+                    let k = b.binary(op, k1, k2)?;
+                    b.mul(x[0], k)
+                },
+                &|b, x, _| {
+                    let k = b.scalar(v)?;
+                    b.mul(x[0], k)
+                },
+            )
         }),
         ("fold-scalar-mul", |rng| {
             let s = dims(rng, 3, 4);
             let (c1, c2): (f64, f64) = (rng.gen_range(-3.0..3.0), rng.gen_range(-3.0..3.0));
             let (s1, s2) = (rng.gen_bool(0.5), rng.gen_bool(0.5));
-            case(&[s], &[], &|b, x, _| {
-                let y = p::scaled(b, x[0], c1, s1)?;
-                p::scaled(b, y, c2, s2)
-            }, &|b, x, _| p::scaled(b, x[0], c1 * c2, false))
+            case(
+                &[s],
+                &[],
+                &|b, x, _| {
+                    let y = p::scaled(b, x[0], c1, s1)?;
+                    p::scaled(b, y, c2, s2)
+                },
+                &|b, x, _| p::scaled(b, x[0], c1 * c2, false),
+            )
         }),
         // ---- fusion
         ("fuse-rmsnorm", |rng| {
@@ -322,14 +423,47 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                     Ok(w)
                 }
             };
-            case(&[s], &[wshape], &|b, x, w| {
-                let w = weight(b, w[0])?;
-                let r = b.shape(x[0]).len() - 1;
-                p::rms_norm(b, x[0], w, eps, r, swap)
-            }, &|b, x, w| {
-                let w = weight(b, w[0])?;
-                p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x[0], w])
-            })
+            case(
+                &[s],
+                &[wshape],
+                &|b, x, w| {
+                    let w = weight(b, w[0])?;
+                    let r = b.shape(x[0]).len() - 1;
+                    p::rms_norm(b, x[0], w, eps, r, swap)
+                },
+                &|b, x, w| {
+                    let w = weight(b, w[0])?;
+                    p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x[0], w])
+                },
+            )
+        }),
+        ("fuse-add-rmsnorm", |rng| {
+            // Both results are read: y = rms_norm(a + b, w) · (a + b), so the case checks the
+            // sum's class as well as the norm's.
+            let rank = rng.gen_range(1..4);
+            let s = dims(rng, rank, 7);
+            let n = *s.last().unwrap();
+            let eps: f64 = [1e-6, 0.5][rng.gen_range(0..2)];
+            let swap = rng.gen_bool(0.5);
+            let (s1, s2) = (s.clone(), s.clone());
+            case(
+                &[s.clone(), s],
+                &[vec![n]],
+                &move |b, x, w| {
+                    let sum = if swap { b.add(x[1], x[0])? } else { b.add(x[0], x[1])? };
+                    let y = p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[sum, w[0]])?;
+                    b.mul(y, sum)
+                },
+                &move |b, x, w| {
+                    let (a, c) = if swap { (x[1], x[0]) } else { (x[0], x[1]) };
+                    let t = p::fused(b, Op::AddRmsNorm { eps_bits: eps.to_bits() }, &[a, c, w[0]])?;
+                    let sum = b.slice(t, 0, 0, 1)?;
+                    let sum = b.reshape(sum, &s1)?;
+                    let y = b.slice(t, 0, 1, 2)?;
+                    let y = b.reshape(y, &s2)?;
+                    b.mul(y, sum)
+                },
+            )
         }),
         ("fuse-gelu-tanh", |rng| {
             let s = dims(rng, 2, 9);
@@ -339,10 +473,15 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
         ("fuse-gated-gelu", |rng| {
             let s = dims(rng, 2, 9);
             let (swap, fused_gelu) = (rng.gen_bool(0.5), rng.gen_bool(0.5));
-            case(&[s.clone(), s], &[], &|b, x, _| {
-                let g = if fused_gelu { p::fused(b, Op::GeluTanh, &[x[0]])? } else { p::gelu(b, x[0], 0.044715, swap)? };
-                p::mul(b, g, x[1], swap)
-            }, &|b, x, _| p::fused(b, Op::GatedGelu, &[x[0], x[1]]))
+            case(
+                &[s.clone(), s],
+                &[],
+                &|b, x, _| {
+                    let g = if fused_gelu { p::fused(b, Op::GeluTanh, &[x[0]])? } else { p::gelu(b, x[0], 0.044715, swap)? };
+                    p::mul(b, g, x[1], swap)
+                },
+                &|b, x, _| p::fused(b, Op::GatedGelu, &[x[0], x[1]]),
+            )
         }),
         ("fuse-softmax", |rng| {
             let rank = rng.gen_range(1..5);
@@ -353,18 +492,21 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let (seq, heads, h) = (rng.gen_range(1..6), rng.gen_range(1..4), rng.gen_range(1..6));
             let swap = rng.gen_bool(0.5);
             let t = vec![seq, 1, h];
-            case(&[vec![seq, heads, 2 * h], t.clone(), t], &[], &|b, x, _| p::rope_neox(b, x[0], x[1], x[2], swap), &|b, x, _| {
-                p::fused(b, Op::RopeNeox, &[x[0], x[1], x[2]])
-            })
+            case(&[vec![seq, heads, 2 * h], t.clone(), t], &[], &|b, x, _| p::rope_neox(b, x[0], x[1], x[2], swap), &|b, x, _| p::fused(b, Op::RopeNeox, &[x[0], x[1], x[2]]))
         }),
         ("fuse-rmsnorm-rope", |rng| {
             let (seq, heads, h) = (rng.gen_range(1..6), rng.gen_range(1..4), rng.gen_range(1..6));
             let eps: f64 = [1e-6, 0.5][rng.gen_range(0..2)];
             let t = vec![seq, 1, h];
-            case(&[vec![seq, heads, 2 * h], t.clone(), t], &[vec![2 * h]], &|b, x, w| {
-                let y = p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x[0], w[0]])?;
-                p::fused(b, Op::RopeNeox, &[y, x[1], x[2]])
-            }, &|b, x, w| p::fused(b, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x[0], w[0], x[1], x[2]]))
+            case(
+                &[vec![seq, heads, 2 * h], t.clone(), t],
+                &[vec![2 * h]],
+                &|b, x, w| {
+                    let y = p::fused(b, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x[0], w[0]])?;
+                    p::fused(b, Op::RopeNeox, &[y, x[1], x[2]])
+                },
+                &|b, x, w| p::fused(b, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x[0], w[0], x[1], x[2]]),
+            )
         }),
         ("fuse-attention", |rng| {
             let (nkv, g, sq, d) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..6));
@@ -376,13 +518,18 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let kv = vec![nkv, 1, sk, d];
             let ins = if causal { vec![vec![nkv, g, sq, d], kv.clone(), kv] } else { vec![vec![nkv, g, sq, d], kv.clone(), kv, mshape] };
             let mask = move |b: &mut GraphBuilder, x: &[Tensor]| if causal { p::causal_mask(b, sq, sk) } else { Ok(x[3]) };
-            case(&ins, &[], &|b, x, _| {
-                let m = mask(b, x)?;
-                p::attention(b, x[0], x[1], x[2], m, scale, swap)
-            }, &|b, x, _| {
-                let m = mask(b, x)?;
-                p::fused(b, Op::Attention { scale_bits: scale.unwrap_or(1.0).to_bits() }, &[x[0], x[1], x[2], m])
-            })
+            case(
+                &ins,
+                &[],
+                &|b, x, _| {
+                    let m = mask(b, x)?;
+                    p::attention(b, x[0], x[1], x[2], m, scale, swap)
+                },
+                &|b, x, _| {
+                    let m = mask(b, x)?;
+                    p::fused(b, Op::Attention { scale_bits: scale.unwrap_or(1.0).to_bits() }, &[x[0], x[1], x[2], m])
+                },
+            )
         }),
         ("attention-absorb-scale", |rng| {
             let (nkv, g, sq, d) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..6));
@@ -390,10 +537,15 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let (s0, c): (f64, f64) = (rng.gen_range(0.2..1.5), rng.gen_range(-1.0..1.0));
             let swap = rng.gen_bool(0.5);
             let kv = vec![nkv, 1, sk, d];
-            case(&[vec![nkv, g, sq, d], kv.clone(), kv, vec![sq, sk]], &[], &|b, x, _| {
-                let q = p::scaled(b, x[0], c, swap)?;
-                p::fused(b, Op::Attention { scale_bits: s0.to_bits() }, &[q, x[1], x[2], x[3]])
-            }, &|b, x, _| p::fused(b, Op::Attention { scale_bits: (s0 * c).to_bits() }, &[x[0], x[1], x[2], x[3]]))
+            case(
+                &[vec![nkv, g, sq, d], kv.clone(), kv, vec![sq, sk]],
+                &[],
+                &|b, x, _| {
+                    let q = p::scaled(b, x[0], c, swap)?;
+                    p::fused(b, Op::Attention { scale_bits: s0.to_bits() }, &[q, x[1], x[2], x[3]])
+                },
+                &|b, x, _| p::fused(b, Op::Attention { scale_bits: (s0 * c).to_bits() }, &[x[0], x[1], x[2], x[3]]),
+            )
         }),
     ]
 }
@@ -402,11 +554,16 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
 fn identity_case(rng: &mut ChaCha8Rng, op: BinaryOp, e: f64, commutative: bool) -> Case {
     let s = dims(rng, 3, 5);
     let swap = commutative && rng.gen_bool(0.5);
-    case(&[s], &[], &|b, x, _| {
-        let k = b.scalar(e)?;
-        let y = if swap { b.binary(op, k, x[0])? } else { b.binary(op, x[0], k)? };
-        b.unary(UnaryOp::Neg, y)
-    }, &|b, x, _| b.unary(UnaryOp::Neg, x[0]))
+    case(
+        &[s],
+        &[],
+        &|b, x, _| {
+            let k = b.scalar(e)?;
+            let y = if swap { b.binary(op, k, x[0])? } else { b.binary(op, x[0], k)? };
+            b.unary(UnaryOp::Neg, y)
+        },
+        &|b, x, _| b.unary(UnaryOp::Neg, x[0]),
+    )
 }
 
 /// The class of `g`'s output in `eg`, if every node of `g` is in the e-graph.

@@ -22,7 +22,11 @@ pub struct Array {
 enum Value<'w> {
     Dense(Array),
     /// A quantized (or f16/bf16) weight left in storage form; rows are dequantized on use.
-    Stored { shape: Vec<usize>, ty: tg_quant::GgmlType, bytes: &'w [u8] },
+    Stored {
+        shape: Vec<usize>,
+        ty: tg_quant::GgmlType,
+        bytes: &'w [u8],
+    },
 }
 
 fn err(node: usize, n: &Node, msg: impl std::fmt::Display) -> IrError {
@@ -250,6 +254,22 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
             out(data)
         }
+        Op::AddRmsNorm { eps_bits } => {
+            let (a, b) = (dense(0)?, dense(1)?);
+            let row_shape = &n.shape[1..];
+            let w = broadcast_to(&dense(2)?, row_shape);
+            let d = *row_shape.last().unwrap_or(&1);
+            let eps = f64::from_bits(*eps_bits);
+            let sum: Vec<f64> = a.data.iter().zip(&b.data).map(|(x, y)| x + y).collect();
+            let mut data = sum.clone();
+            data.reserve(sum.len());
+            for (r, row) in sum.chunks(d.max(1)).enumerate() {
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
+                let inv = 1.0 / (ms + eps).sqrt();
+                data.extend(row.iter().enumerate().map(|(j, v)| v * inv * w[r * d + j]));
+            }
+            out(data)
+        }
         Op::RmsNormRopeNeox { eps_bits } => {
             let x = dense(0)?;
             let w = broadcast_to(&dense(1)?, &n.shape);
@@ -330,9 +350,7 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             for b in 0..nb {
                 let (qb, kb, vb) = (&q.data[qo[b] * sq * d..][..sq * d], &k.data[ko[b] * sk * d..][..sk * d], &v.data[vo[b] * sk * dv..][..sk * dv]);
                 for i in 0..sq {
-                    let scores: Vec<f64> = (0..sk)
-                        .map(|j| scale * (0..d).map(|p| qb[i * d + p] * kb[j * d + p]).sum::<f64>() + mask[(b * sq + i) * sk + j])
-                        .collect();
+                    let scores: Vec<f64> = (0..sk).map(|j| scale * (0..d).map(|p| qb[i * d + p] * kb[j * d + p]).sum::<f64>() + mask[(b * sq + i) * sk + j]).collect();
                     let pr = softmax_f64(&scores);
                     for c in 0..dv {
                         data[(b * sq + i) * dv + c] = (0..sk).map(|j| pr[j] * vb[j * dv + c]).sum();

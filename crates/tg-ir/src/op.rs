@@ -228,6 +228,15 @@ pub enum Op {
         /// `f64::to_bits` of the score scale.
         scale_bits: u64,
     },
+    /// Residual add fused with RMSNorm, with both results: `concat([s, rms_norm_ε(s, w)], 0)`
+    /// with `s = a + b`, each part given a leading axis of 1. Inputs `[a, b, w]`: `a` and `b`
+    /// of one shape `[.., n]`, `w` as for [`Op::RmsNorm`]. Output `[2, ..a.shape]`: index 0
+    /// of the leading axis is the sum, index 1 the normalised sum; a graph reads each with a
+    /// slice and a reshape (views, so nothing is copied). f32.
+    AddRmsNorm {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
 }
 
 impl Op {
@@ -264,12 +273,13 @@ impl Op {
             Op::GatedGelu => "gated_gelu".into(),
             Op::Softmax => "softmax".into(),
             Op::Attention { .. } => "attention".into(),
+            Op::AddRmsNorm { .. } => "add_rms_norm".into(),
         }
     }
 
     /// True for the fused ops (rewrite targets, never built by model definitions).
     pub fn is_fused(&self) -> bool {
-        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. })
+        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. })
     }
 
     /// True for ops with no inputs whose value comes from outside or from attributes.

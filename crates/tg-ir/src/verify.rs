@@ -45,10 +45,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
                     return Err(dtype_err(op, "only weights may be quantized".into()));
                 }
                 if s.len() != 2 || s[1] % t.block_size() != 0 {
-                    return Err(shape_err(
-                        op,
-                        format!("{t} weight must be [rows, row_len] with row_len a multiple of {}, got {s:?}", t.block_size()),
-                    ));
+                    return Err(shape_err(op, format!("{t} weight must be [rows, row_len] with row_len a multiple of {}, got {s:?}", t.block_size())));
                 }
             }
             Ok((s.to_vec(), d))
@@ -89,8 +86,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             if logical != (da == DType::Bool) {
                 return Err(dtype_err(op, format!("{b:?} does not apply to {da}")));
             }
-            let s = broadcast_shapes(ins[0].0, ins[1].0)
-                .ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
+            let s = broadcast_shapes(ins[0].0, ins[1].0).ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
             Ok((s, da))
         }
         Op::Compare(_) => {
@@ -99,8 +95,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             if da != db || !matches!(da, DType::F32 | DType::I32) {
                 return Err(dtype_err(op, format!("compares f32 or i32 of one dtype, got {da} and {db}")));
             }
-            let s = broadcast_shapes(ins[0].0, ins[1].0)
-                .ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
+            let s = broadcast_shapes(ins[0].0, ins[1].0).ok_or_else(|| shape_err(op, format!("cannot broadcast {:?} with {:?}", ins[0].0, ins[1].0)))?;
             Ok((s, DType::Bool))
         }
         Op::Where => {
@@ -156,8 +151,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             if k != kb {
                 return Err(shape_err(op, format!("contracted dims differ: {a:?} · {b:?}{}", if *transpose_rhs { "ᵀ" } else { "" })));
             }
-            let batch = broadcast_shapes(&a[..a.len() - 2], &b[..b.len() - 2])
-                .ok_or_else(|| shape_err(op, format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
+            let batch = broadcast_shapes(&a[..a.len() - 2], &b[..b.len() - 2]).ok_or_else(|| shape_err(op, format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
             let mut s = batch;
             s.push(m);
             s.push(n);
@@ -270,6 +264,17 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             }
             Ok((x.to_vec(), DType::F32))
         }
+        Op::AddRmsNorm { .. } => {
+            arity(op, ins, 3)?;
+            all_f32(op, ins)?;
+            if ins[0].0 != ins[1].0 {
+                return Err(shape_err(op, format!("summands {:?} and {:?} differ in shape", ins[0].0, ins[1].0)));
+            }
+            let (s, _) = infer_shape(&Op::RmsNorm { eps_bits: 0 }, &[ins[0], ins[2]], None).map_err(|e| retag(e, op))?;
+            let mut out = vec![2];
+            out.extend_from_slice(&s);
+            Ok((out, DType::F32))
+        }
         Op::RmsNormRopeNeox { .. } => {
             arity(op, ins, 4)?;
             let (s, _) = infer_shape(&Op::RmsNorm { eps_bits: 0 }, &ins[..2], None).map_err(|e| retag(e, op))?;
@@ -348,25 +353,18 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
             }
         }
         match &n.op {
-            Op::Input { name }
-                if !names.insert(format!("input:{name}")) => {
-                    return Err(IrError::Name(format!("input '{name}' declared twice")));
-                }
-            Op::Weight { name }
-                if !names.insert(format!("weight:{name}")) => {
-                    return Err(IrError::Name(format!("weight '{name}' declared twice")));
-                }
+            Op::Input { name } if !names.insert(format!("input:{name}")) => {
+                return Err(IrError::Name(format!("input '{name}' declared twice")));
+            }
+            Op::Weight { name } if !names.insert(format!("weight:{name}")) => {
+                return Err(IrError::Name(format!("weight '{name}' declared twice")));
+            }
             _ => {}
         }
         let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();
         let (s, d) = infer(&n.op, &ins, Some((&n.shape, n.dtype)))?;
         if s != n.shape || d != n.dtype {
-            return Err(IrError::Inconsistent {
-                node: i,
-                op: n.op.name(),
-                recorded: format!("{:?} {}", n.shape, n.dtype),
-                inferred: format!("{s:?} {d}"),
-            });
+            return Err(IrError::Inconsistent { node: i, op: n.op.name(), recorded: format!("{:?} {}", n.shape, n.dtype), inferred: format!("{s:?} {d}") });
         }
     }
     let mut outs = HashSet::new();

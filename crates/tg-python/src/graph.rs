@@ -176,9 +176,8 @@ impl GraphCore {
     /// bool), stored as weight `name` (a fresh `const<N>` name if `None`).
     #[pyo3(signature = (array, name=None))]
     fn weight(&self, array: &Bound<'_, PyAny>, name: Option<&str>) -> PyResult<NodeId> {
-        let dtype = crate::convert::array_dtype(array).ok_or_else(|| {
-            err(Kind::DType, "constants must be numpy arrays of float32, int32 or bool (tensor_graphs.Graph.constant converts other dtypes)".to_string())
-        })?;
+        let dtype = crate::convert::array_dtype(array)
+            .ok_or_else(|| err(Kind::DType, "constants must be numpy arrays of float32, int32 or bool (tensor_graphs.Graph.constant converts other dtypes)".to_string()))?;
         let (shape, data) = array_data(array, dtype, "constant")?;
         let bytes: Vec<u8> = match data {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
@@ -297,7 +296,9 @@ impl GraphCore {
     /// A fused op, as the compiler's rewrite stage introduces them: `rms_norm` (`attr`:
     /// epsilon; inputs `x, w`), `rope_neox` (`x, cos, sin`), `gelu_tanh` (`x`), `gated_gelu`
     /// (`gate, up`), `softmax` (`x`, last axis), `attention` (`attr`: score scale; inputs
-    /// `q, k, v, mask`). For testing fused kernels against their definitions.
+    /// `q, k, v, mask`), `add_rms_norm` (`attr`: epsilon; inputs `a, b, w`; output
+    /// `[2, ..a.shape]`: the sum, then its norm). For testing fused kernels against their
+    /// definitions.
     #[pyo3(signature = (name, inputs, attr=None))]
     fn fused(&self, name: &str, inputs: Vec<NodeId>, attr: Option<f64>) -> PyResult<NodeId> {
         let need = |what: &str| attr.ok_or_else(|| err(Kind::Graph, format!("{name} needs {what}")));
@@ -309,6 +310,7 @@ impl GraphCore {
             "gated_gelu" => Op::GatedGelu,
             "softmax" => Op::Softmax,
             "attention" => Op::Attention { scale_bits: need("a scale")?.to_bits() },
+            "add_rms_norm" => Op::AddRmsNorm { eps_bits: need("an epsilon")?.to_bits() },
             _ => return Err(err(Kind::Graph, format!("unknown fused op '{name}'")).into()),
         };
         self.add(op, &inputs, None)

@@ -48,6 +48,18 @@ def test_rms_norm(rng):
     check(out["y"], ref["y"], xs / np.sqrt((xs**2).mean(-1, keepdims=True) + eps) * w)
 
 
+def test_add_rms_norm(rng):
+    a = rng.standard_normal((3, 5, 64)).astype(np.float32)
+    b = rng.standard_normal((3, 5, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    g = tg.Graph()
+    g.output("y", fused.add_rms_norm(g.input("a", a.shape), g.input("b", b.shape), g.constant(w), eps=1e-6))
+    out, ref = run_both(g, {"a": a, "b": b})
+    s = a.astype(np.float64) + b.astype(np.float64)
+    eps = float(np.float64(1e-6))
+    check(out["y"], ref["y"], np.stack([s, s / np.sqrt((s**2).mean(-1, keepdims=True) + eps) * w]))
+
+
 def test_rope_neox(rng):
     x = rng.standard_normal((4, 2, 16)).astype(np.float32)  # [seq, heads, d]
     pos = np.arange(4, dtype=np.float64)[:, None, None]

@@ -17,11 +17,8 @@ impl CpuDevice {
     /// A CPU device with `threads` workers (0 = all cores).
     pub fn new(threads: usize) -> Result<CpuDevice, String> {
         let threads = if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("tg-cpu-{i}"))
-            .build()
-            .map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
+        let pool =
+            rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("tg-cpu-{i}")).build().map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
         Ok(CpuDevice { pool, threads })
     }
 
@@ -137,9 +134,9 @@ fn binary_rows<F: Fn(f32, f32) -> f32 + Sync + Copy>(o: &mut [f32], row_len: usi
         if n < 32768 {
             o.iter_mut().zip(x.iter().zip(y)).for_each(|(v, (&p, &q))| *v = f(p, q));
         } else {
-            o.par_chunks_mut(16384).zip(x.par_chunks(16384).zip(y.par_chunks(16384))).for_each(|(oc, (xc, yc))| {
-                oc.iter_mut().zip(xc.iter().zip(yc)).for_each(|(v, (&p, &q))| *v = f(p, q))
-            });
+            o.par_chunks_mut(16384)
+                .zip(x.par_chunks(16384).zip(y.par_chunks(16384)))
+                .for_each(|(oc, (xc, yc))| oc.iter_mut().zip(xc.iter().zip(yc)).for_each(|(v, (&p, &q))| *v = f(p, q)));
         }
         return;
     }
@@ -347,6 +344,15 @@ impl Device for CpuDevice {
                 need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
                 rope_tables(out, &ins[1], &ins[2], "rope_neox")
             }
+            Kernel::AddRmsNorm { .. } => {
+                arity(3)?;
+                fused_f32(ins)?;
+                let (a, b, w) = (&ins[0], &ins[1], &ins[2]);
+                need(a.shape == b.shape, || "add_rms_norm: the summands must have one shape".into())?;
+                need(out.shape.first() == Some(&2) && out.shape[1..] == a.shape[..], || "add_rms_norm: the output must be [2, ..a.shape]".into())?;
+                let n = *a.shape.last().unwrap_or(&0);
+                need(w.numel() == n && w.shape.last() == Some(&n), || "add_rms_norm: the weight must be one row of the last dim".into())
+            }
             Kernel::RmsNormRopeNeox { .. } => {
                 arity(4)?;
                 fused_f32(ins)?;
@@ -470,7 +476,7 @@ impl Device for CpuDevice {
                 let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
                 let (sa, sb) = (row_starts(la), row_starts(lb));
                 let ((_, ia), (_, ib)) = (inner(la), inner(lb));
-                                let is_int = la.dtype != DType::F32;
+                let is_int = la.dtype != DType::F32;
                 for_rows(&mut out_b[..n_out], row_len, |r, orow| {
                     for (j, v) in orow.iter_mut().enumerate() {
                         let (x, y) = ((sa[r] as isize + j as isize * ia) as usize, (sb[r] as isize + j as isize * ib) as usize);
@@ -492,7 +498,9 @@ impl Device for CpuDevice {
                         orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) } else { srcs[2].get_i(at(2, r, j)) })
                     }),
                     DType::Bool => for_rows(&mut out_b[..n_out], row_len, |r, orow| {
-                        orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) as u8 } else { srcs[2].get_i(at(2, r, j)) as u8 })
+                        orow.iter_mut()
+                            .enumerate()
+                            .for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) as u8 } else { srcs[2].get_i(at(2, r, j)) as u8 })
                     }),
                     DType::Quant(_) => return Err("quantized output".into()),
                 }
@@ -642,6 +650,12 @@ impl Device for CpuDevice {
                 let (x, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 tg_kernels::rope_neox(x, c, sn, seq, heads, d, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::AddRmsNorm { eps_bits } => {
+                let n = *out.shape.last().unwrap_or(&1);
+                let (a, b, w) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
+                let (sum, norm) = cast_slice_mut::<f32>(out_b)?[..n_out].split_at_mut(n_out / 2);
+                tg_kernels::add_rms_norm(a, b, w, sum.len() / n.max(1), n, f64::from_bits(*eps_bits) as f32, sum, norm).map_err(|e| e.to_string())?;
             }
             Kernel::RmsNormRopeNeox { eps_bits } => {
                 let (seq, heads, d) = (out.shape[0], out.shape[1], out.shape[2]);

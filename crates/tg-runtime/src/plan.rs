@@ -151,6 +151,13 @@ pub enum Kernel {
         /// `f64::to_bits` of the score scale.
         scale_bits: u64,
     },
+    /// Fused residual add + RMSNorm with both results: inputs `a`, `b` (one shape, rows of
+    /// `n`, contiguous) and `w` (`n` elements); output `[2, ..a.shape]`, the sum `a + b` then
+    /// its RMSNorm.
+    AddRmsNorm {
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+    },
 }
 
 impl Kernel {
@@ -179,6 +186,7 @@ impl Kernel {
             Kernel::GatedGelu => "gated_gelu".into(),
             Kernel::Softmax => "softmax".into(),
             Kernel::Attention { .. } => "attention".into(),
+            Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),
         }
     }
 }

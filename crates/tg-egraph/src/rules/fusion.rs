@@ -3,8 +3,8 @@
 //! operands in both orders, and fires only when the operands fit the contract of the fused
 //! kernels ([`kernel_accepts`]), so every fused node it adds can be compiled.
 
-use super::{add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
-use crate::TEGraph;
+use super::{add, add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
+use crate::{ENode, TEGraph};
 use egg::Id;
 use tg_ir::{broadcast_shapes, BinaryOp, DType, Op, ReduceOp, UnaryOp};
 
@@ -13,21 +13,42 @@ pub(super) fn rules() -> Vec<Rule> {
         rule("fuse-rmsnorm", "fusion.rmsnorm", "x·rsqrt(mean(x·x, last) + ε)·w = rms_norm_ε(x, w) (w may be 1 + w₀)", fuse_rmsnorm, |eg, _, &(x, w, eps)| {
             add_op(eg, Op::RmsNorm { eps_bits: eps.to_bits() }, &[x, w])
         }),
+        rule(
+            "fuse-add-rmsnorm",
+            "fusion.add-rmsnorm",
+            "rms_norm_ε(a + b, w) = add_rms_norm_ε(a, b, w)[1] and a + b = add_rms_norm_ε(a, b, w)[0] (both results of one kernel)",
+            fuse_add_rmsnorm,
+            apply_add_rmsnorm,
+        ),
         rule("fuse-gelu-tanh", "fusion.gelu", "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) = gelu_tanh(x)", fuse_gelu, |eg, _, &x| add_op(eg, Op::GeluTanh, &[x])),
         rule("fuse-gated-gelu", "fusion.gelu", "gelu_tanh(g)·u = gated_gelu(g, u)", fuse_gated_gelu, |eg, _, &(g, u)| add_op(eg, Op::GatedGelu, &[g, u])),
-        rule("fuse-softmax", "fusion.softmax", "exp(x − max(x, last)) / sum(exp(x − max(x, last)), last) = softmax(x)", fuse_softmax, |eg, _, &x| add_op(eg, Op::Softmax, &[x])),
-        rule("fuse-rope-neox", "fusion.rope", "concat(x₁·cos − x₂·sin, x₂·cos + x₁·sin) with [x₁, x₂] = halves of x = rope_neox(x, cos, sin)", fuse_rope, |eg, _, &(x, c, s)| {
-            add_op(eg, Op::RopeNeox, &[x, c, s])
+        rule("fuse-softmax", "fusion.softmax", "exp(x − max(x, last)) / sum(exp(x − max(x, last)), last) = softmax(x)", fuse_softmax, |eg, _, &x| {
+            add_op(eg, Op::Softmax, &[x])
         }),
-        rule("fuse-rmsnorm-rope", "fusion.qknorm-rope", "rope_neox(rms_norm_ε(x, w), cos, sin) = rms_norm_rope_neox_ε(x, w, cos, sin)", fuse_rmsnorm_rope, |eg, _, &(x, w, c, s, eps)| {
-            add_op(eg, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x, w, c, s])
-        }),
+        rule(
+            "fuse-rope-neox",
+            "fusion.rope",
+            "concat(x₁·cos − x₂·sin, x₂·cos + x₁·sin) with [x₁, x₂] = halves of x = rope_neox(x, cos, sin)",
+            fuse_rope,
+            |eg, _, &(x, c, s)| add_op(eg, Op::RopeNeox, &[x, c, s]),
+        ),
+        rule(
+            "fuse-rmsnorm-rope",
+            "fusion.qknorm-rope",
+            "rope_neox(rms_norm_ε(x, w), cos, sin) = rms_norm_rope_neox_ε(x, w, cos, sin)",
+            fuse_rmsnorm_rope,
+            |eg, _, &(x, w, c, s, eps)| add_op(eg, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x, w, c, s]),
+        ),
         rule("fuse-attention", "fusion.attention", "softmax(s·(q·kᵀ) + m)·v = attention_s(q, k, v, m) (s = 1 when unscaled)", fuse_attention, |eg, _, &(q, k, v, m, s)| {
             add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
         }),
-        rule("attention-absorb-scale", "fusion.attention", "attention_s(q·c, k, v, m) = attention_{s·c}(q, k, v, m) for a scalar constant c", absorb_scale, |eg, _, &(q, k, v, m, s)| {
-            add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
-        }),
+        rule(
+            "attention-absorb-scale",
+            "fusion.attention",
+            "attention_s(q·c, k, v, m) = attention_{s·c}(q, k, v, m) for a scalar constant c",
+            absorb_scale,
+            |eg, _, &(q, k, v, m, s)| add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m]),
+        ),
     ]
 }
 
@@ -40,6 +61,7 @@ pub(super) fn rules() -> Vec<Rule> {
 /// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
 ///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
 ///   broadcasts to the scores);
+/// - `AddRmsNorm`: the two summands of one shape, the weight as for `RmsNorm`;
 /// - `GatedGelu`: gate and up of one shape; `GeluTanh`, `Softmax` (rank ≥ 1): any shape.
 pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
     let numel = |s: &[usize]| s.iter().product::<usize>();
@@ -51,9 +73,7 @@ pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
                 **c == want && **s == want
             }
         }
-        (Op::RmsNormRopeNeox { .. }, [x, w, c, s]) => {
-            kernel_accepts(&Op::RopeNeox, &[x, c, s]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[x, w])
-        }
+        (Op::RmsNormRopeNeox { .. }, [x, w, c, s]) => kernel_accepts(&Op::RopeNeox, &[x, c, s]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[x, w]),
         (Op::Attention { .. }, [q, k, v, m]) => {
             if q.len() != 4 || k.len() != 4 || v.len() != 4 {
                 return false;
@@ -64,6 +84,7 @@ pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
             **k == [nkv, 1, sk, d] && **v == [nkv, 1, sk, d] && numel(m) == sq * sk && m.last() == Some(&sk) && broadcast_shapes(&scores, m).as_deref() == Some(&scores[..])
         }
         (Op::GatedGelu, [g, u]) => g == u,
+        (Op::AddRmsNorm { .. }, [a, b, w]) => a == b && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[a, w]),
         (Op::GeluTanh, [_]) => true,
         (Op::Softmax, [x]) => !x.is_empty(),
         _ => false,
@@ -110,6 +131,45 @@ fn fuse_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, f64)> {
         }
     }
     v
+}
+
+/// `(sum class, a, b, w, ε)` with class `c` holding `rms_norm_ε(sum, w)` and `sum` holding
+/// `a + b` of equal shapes (one operand order: the sum is the same either way).
+fn fuse_add_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
+    let mut v = Vec::new();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::RmsNorm { .. })) {
+        let Op::RmsNorm { eps_bits } = n.op else { continue };
+        let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        for add in nodes_where(eg, x, |o| *o == Op::Binary(BinaryOp::Add)) {
+            let (a, b) = (eg.find(add.children[0]), eg.find(add.children[1]));
+            if shape(eg, a) == shape(eg, x)
+                && shape(eg, b) == shape(eg, x)
+                && f32_all(eg, &[a, b, w])
+                && kernel_accepts(&Op::AddRmsNorm { eps_bits }, &[shape(eg, a), shape(eg, b), shape(eg, w)])
+            {
+                let m = (x, a, b, w, f64::from_bits(eps_bits));
+                if !v.contains(&m) {
+                    v.push(m);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Adds `t = add_rms_norm(a, b, w)`, merges the sum class with `reshape(t[0..1])` and
+/// returns `reshape(t[1..2])` for the norm class.
+fn apply_add_rmsnorm(eg: &mut TEGraph, c: Id, &(x, a, b, w, eps): &(Id, Id, Id, Id, f64)) -> Option<Id> {
+    let t = add_op(eg, Op::AddRmsNorm { eps_bits: eps.to_bits() }, &[a, b, w])?;
+    let part = |eg: &mut TEGraph, i: usize, like: Id| -> Option<Id> {
+        let s = add_op(eg, Op::Slice { axis: 0, start: i, end: i + 1 }, &[t])?;
+        let (shape, dtype) = (data(eg, like).shape.clone(), data(eg, like).dtype);
+        add(eg, ENode::typed(Op::Reshape, shape, dtype, &[s]))
+    };
+    let sum = part(eg, 0, x)?;
+    let x = eg.find(x);
+    eg.union(x, sum);
+    part(eg, 1, c)
 }
 
 // ---- GELU
@@ -247,9 +307,7 @@ fn fuse_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id)> {
                         if !half_of(eg, x2, true).contains(&x) {
                             continue;
                         }
-                        let second = binary(eg, o2, BinaryOp::Add)
-                            .into_iter()
-                            .any(|(a, b)| has_binary(eg, a, BinaryOp::Mul, x2, cos) && has_binary(eg, b, BinaryOp::Mul, x1, sin));
+                        let second = binary(eg, o2, BinaryOp::Add).into_iter().any(|(a, b)| has_binary(eg, a, BinaryOp::Mul, x2, cos) && has_binary(eg, b, BinaryOp::Mul, x1, sin));
                         if second
                             && shape(eg, x) == shape(eg, c)
                             && f32_all(eg, &[x, cos, sin])
@@ -276,9 +334,7 @@ fn fuse_rmsnorm_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
             let Op::RmsNorm { eps_bits } = n.op else { continue };
             let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
             let m = (x, w, cos, sin, f64::from_bits(eps_bits));
-            if f32_all(eg, &[x, w, cos, sin])
-                && kernel_accepts(&Op::RmsNormRopeNeox { eps_bits }, &[shape(eg, x), shape(eg, w), shape(eg, cos), shape(eg, sin)])
-                && !v.contains(&m)
+            if f32_all(eg, &[x, w, cos, sin]) && kernel_accepts(&Op::RmsNormRopeNeox { eps_bits }, &[shape(eg, x), shape(eg, w), shape(eg, cos), shape(eg, sin)]) && !v.contains(&m)
             {
                 v.push(m);
             }

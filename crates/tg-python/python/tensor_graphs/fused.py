@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._graph import Operand, Tensor, _operands
 
-__all__ = ["rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention"]
+__all__ = ["rms_norm", "add_rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention"]
 
 
 def _fused(name: str, xs, attr=None) -> Tensor:
@@ -21,6 +21,12 @@ def _fused(name: str, xs, attr=None) -> Tensor:
 def rms_norm(x: Tensor, w: Operand, eps: float = 1e-6) -> Tensor:
     """``x * rsqrt(mean(x², last axis) + eps) * w``; ``w`` broadcasts to ``x``."""
     return _fused("rms_norm", (x, w), float(eps))
+
+
+def add_rms_norm(a: Tensor, b: Operand, w: Operand, eps: float = 1e-6) -> Tensor:
+    """Residual add and RMSNorm, both results: with ``s = a + b`` (``a`` and ``b`` of one
+    shape), ``stack([s, rms_norm(s, w, eps)])``, shape ``(2,) + a.shape``."""
+    return _fused("add_rms_norm", (a, b, w), float(eps))
 
 
 def rope_neox(x: Tensor, cos: Operand, sin: Operand) -> Tensor:
