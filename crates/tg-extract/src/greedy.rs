@@ -22,6 +22,7 @@
 use crate::problem::Problem;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 #[derive(PartialEq)]
 struct Item(f64, u32);
@@ -51,7 +52,7 @@ enum Price {
 /// extraction lies inside the parent's and does not contain the parent's node (acyclicity),
 /// so the bound holds; settling bottom-up in price order never uses a cyclic derivation.
 pub(crate) fn path_bounds(p: &Problem) -> Vec<f64> {
-    settle(p, &p.cost, Price::Path).1
+    settle(p, &p.cost, Price::Path, None).map_or_else(Vec::new, |s| s.1)
 }
 
 /// For every class `c`, a lower bound on the cost of the classes an extraction needs
@@ -88,18 +89,20 @@ pub(crate) fn ancestor_bounds(p: &Problem) -> Vec<f64> {
 }
 
 /// Greedy DAG extraction with the given node costs. Returns the chosen node of every class
-/// (every class of a [`Problem`] has an acyclic extraction).
-pub(crate) fn greedy_dag(p: &Problem, cost: &[f64]) -> Vec<u32> {
-    settle(p, cost, Price::Dag).0
+/// (every class of a [`Problem`] has an acyclic extraction), or `None` if `deadline`
+/// passes first (pricing a node walks the extraction below it, so this can be quadratic).
+pub(crate) fn greedy_dag(p: &Problem, cost: &[f64], deadline: Option<Instant>) -> Option<Vec<u32>> {
+    settle(p, cost, Price::Dag, deadline).map(|s| s.0)
 }
 
-/// Optimal tree-cost extraction with the given node costs.
+/// Optimal tree-cost extraction with the given node costs (`O(E log E)`, no deadline).
 pub(crate) fn greedy_tree(p: &Problem, cost: &[f64]) -> Vec<u32> {
-    settle(p, cost, Price::Tree).0
+    settle(p, cost, Price::Tree, None).map_or_else(Vec::new, |s| s.0)
 }
 
-/// Settles every class; returns the choices and the settled prices.
-fn settle(p: &Problem, cost: &[f64], price: Price) -> (Vec<u32>, Vec<f64>) {
+/// Settles every class; returns the choices and the settled prices, or `None` when
+/// `deadline` passes first.
+fn settle(p: &Problem, cost: &[f64], price: Price, deadline: Option<Instant>) -> Option<(Vec<u32>, Vec<f64>)> {
     let nc = p.num_classes();
     let nn = p.num_nodes();
     let mut choice = vec![u32::MAX; nc];
@@ -114,6 +117,8 @@ fn settle(p: &Problem, cost: &[f64], price: Price) -> (Vec<u32>, Vec<f64>) {
     let mut stamp = vec![0u32; nc];
     let mut epoch = 0u32;
     let mut stack = Vec::new();
+    // Classes visited by DAG pricing since the clock was last read.
+    let mut work = 0usize;
     while let Some(Item(t, n)) = heap.pop() {
         let c = p.node_class[n as usize] as usize;
         if choice[c] != u32::MAX {
@@ -131,6 +136,12 @@ fn settle(p: &Problem, cost: &[f64], price: Price) -> (Vec<u32>, Vec<f64>) {
                 Price::Tree => cost[q] + p.kids(q).iter().map(|&d| total[d as usize]).sum::<f64>(),
                 Price::Path => cost[q] + p.kids(q).iter().map(|&d| total[d as usize]).fold(0.0, f64::max),
                 Price::Dag => {
+                    if work >= 1 << 14 {
+                        work = 0;
+                        if deadline.is_some_and(|t| Instant::now() >= t) {
+                            return None;
+                        }
+                    }
                     epoch += 1;
                     let mut s = cost[q];
                     stack.clear();
@@ -141,6 +152,7 @@ fn settle(p: &Problem, cost: &[f64], price: Price) -> (Vec<u32>, Vec<f64>) {
                         }
                     }
                     while let Some(d) = stack.pop() {
+                        work += 1;
                         let m = choice[d as usize] as usize;
                         s += cost[m];
                         for &e in p.kids(m) {
@@ -156,11 +168,12 @@ fn settle(p: &Problem, cost: &[f64], price: Price) -> (Vec<u32>, Vec<f64>) {
             heap.push(Item(t, q as u32));
         }
     }
-    (choice, total)
+    Some((choice, total))
 }
 
-/// The fixed-point DAG greedy of the module doc. Classes never reached keep `u32::MAX`.
-pub(crate) fn greedy_dag_fixpoint(p: &Problem) -> Vec<u32> {
+/// The fixed-point DAG greedy of the module doc. Classes never reached keep `u32::MAX`;
+/// so do all when `deadline` passes first (the map is then rejected by [`induced`]).
+pub(crate) fn greedy_dag_fixpoint(p: &Problem, deadline: Instant) -> Vec<u32> {
     let nc = p.num_classes();
     let nn = p.num_nodes();
     // Cost set of each class: (class, cost of its node) sorted by class.
@@ -177,7 +190,14 @@ pub(crate) fn greedy_dag_fixpoint(p: &Problem) -> Vec<u32> {
     }
     let mut merged: Vec<(u32, f64)> = Vec::new();
     let mut tmp: Vec<(u32, f64)> = Vec::new();
+    let mut work = 0usize;
     while let Some(n) = queue.pop_front() {
+        if work >= 1 << 14 {
+            work = 0;
+            if Instant::now() >= deadline {
+                return vec![u32::MAX; nc];
+            }
+        }
         let n = n as usize;
         queued[n] = false;
         let c = p.node_class[n] as usize;
@@ -202,6 +222,7 @@ pub(crate) fn greedy_dag_fixpoint(p: &Problem) -> Vec<u32> {
                     j += 1;
                 }
             }
+            work += tmp.len();
             std::mem::swap(&mut merged, &mut tmp);
         }
         // A set through the node's own class would be a cycle.

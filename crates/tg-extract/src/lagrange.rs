@@ -24,6 +24,7 @@
 //! no longer be needed `0`.
 
 use crate::graph::{ClassId, NodeId};
+use crate::prep::Mandatory;
 use crate::problem::Problem;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -63,11 +64,14 @@ pub(crate) struct Dual {
 }
 
 impl Relaxation {
-    pub fn new(p: &Problem, mand: &[Vec<u32>]) -> Relaxation {
+    /// The relaxation of `p` with the mandatory sets `mand`. Covering the sets takes time
+    /// proportional to their total size (quadratic on a deep DAG); when `deadline` passes
+    /// the remaining classes get no `a_c <= a_d` constraints, which only weakens the bound.
+    pub fn new(p: &Problem, mand: &Mandatory, deadline: Option<Instant>) -> Relaxation {
         let nc = p.num_classes();
         let mut always = vec![false; nc];
         for &r in &p.roots {
-            for &d in &mand[r as usize] {
+            for d in mand.iter(r as usize) {
                 always[d as usize] = true;
             }
         }
@@ -95,20 +99,29 @@ impl Relaxation {
         let mut mand_to = Vec::new();
         let mut covered = vec![u32::MAX; nc];
         let mut cand: Vec<u32> = Vec::new();
+        let len: Vec<usize> = (0..nc).map(|c| mand.len(c)).collect();
+        let mut work = 0usize;
         for c in 0..nc {
             if always[c] {
                 continue;
             }
+            if work >= 1 << 14 {
+                work = 0;
+                if deadline.is_some_and(|t| Instant::now() >= t) {
+                    break;
+                }
+            }
+            work += len[c];
             cand.clear();
-            cand.extend(mand[c].iter().copied().filter(|&d| d as usize != c && !always[d as usize]));
-            cand.sort_by_key(|&d| std::cmp::Reverse(mand[d as usize].len()));
+            cand.extend(mand.iter(c).filter(|&d| d as usize != c && !always[d as usize]));
+            cand.sort_by_key(|&d| std::cmp::Reverse(len[d as usize]));
             for &d in &cand {
                 if covered[d as usize] == c as u32 {
                     continue;
                 }
                 mand_from.push(c as u32);
                 mand_to.push(d);
-                for &e in &mand[d as usize] {
+                for e in mand.iter(d as usize) {
                     covered[e as usize] = c as u32;
                 }
             }
@@ -190,24 +203,36 @@ impl Relaxation {
     }
 
     /// Projected subgradient ascent from `d`, aiming at `ub`. Keeps the best multipliers
-    /// in `d`. Stops at `deadline`, after `max_iter` steps, or when the step size has
-    /// shrunk to nothing.
-    pub fn ascend(&self, p: &Problem, d: &mut Dual, ub: f64, max_iter: usize, deadline: Instant) {
+    /// in `d`. Stops once the bound reaches `stop_at` (where the caller has its proof), at
+    /// `deadline`, after `max_iter` steps, or when the step size has shrunk to nothing.
+    pub fn ascend(&self, p: &Problem, d: &mut Dual, ub: f64, stop_at: f64, max_iter: usize, deadline: Instant) {
+        let mut a = Ascent::new(d);
+        self.resume(p, &mut a, d, ub, stop_at, max_iter, deadline);
+    }
+
+    /// [`Relaxation::ascend`] continued from the state `a` it stopped in (with `d` the best
+    /// multipliers it kept): with the same `ub`, two calls take exactly the steps one
+    /// uninterrupted call would.
+    #[allow(clippy::too_many_arguments)]
+    pub fn resume(&self, p: &Problem, a: &mut Ascent, d: &mut Dual, ub: f64, stop_at: f64, max_iter: usize, deadline: Instant) {
         // Step-size schedule: Polyak steps `theta (ub - L) / |g|^2`, `theta` halved after
         // `PATIENCE` steps without a better bound. Long patience and large first steps
         // matter on large instances (bert: 0.20 with 30 / 1.0, 0.58 with 200 / 2.0).
         const PATIENCE: usize = 200;
-        const THETA0: f64 = 2.0;
+        if a.finished {
+            return;
+        }
         let nc = p.num_classes();
-        let mut cur = d.clone();
-        let mut theta = THETA0;
-        let mut since_best = 0usize;
+        let Ascent { cur, theta, since_best, finished } = a;
         let mut active = vec![false; nc];
         let mut pick = vec![u32::MAX; nc];
         let mut g_lam = vec![0.0f64; cur.lam.len()];
         let mut g_mu = vec![0.0f64; cur.mu.len()];
+        // Read the clock about every 64k nodes and edges of work (every step on large
+        // problems, every 16 on small ones, where reading it would be a visible share).
+        let every = ((1usize << 16) / (p.num_nodes() + p.children.len() + 1)).clamp(1, 16);
         for it in 0..max_iter {
-            if it % 16 == 0 && Instant::now() >= deadline {
+            if d.bound >= ub.min(stop_at) || (it % every == 0 && Instant::now() >= deadline) {
                 break;
             }
             // The relaxed solution.
@@ -253,40 +278,65 @@ impl Relaxation {
             }
             if raw == 0.0 {
                 // The relaxed solution satisfies every relaxed constraint with equality.
+                *finished = true;
                 break;
             }
             if norm == 0.0 {
                 // No constraint is violated and every slack one has a zero multiplier: the
                 // relaxed solution is optimal for the relaxation.
+                *finished = true;
                 break;
             }
             let gap = (ub - cur.bound).max(1e-12 * ub.abs().max(1.0));
-            let step = theta * gap / norm;
+            let step = *theta * gap / norm;
             for (l, g) in cur.lam.iter_mut().zip(&g_lam) {
                 *l = (*l + step * g).max(0.0);
             }
             for (m, g) in cur.mu.iter_mut().zip(&g_mu) {
                 *m = (*m + step * g).max(0.0);
             }
-            self.evaluate(p, &mut cur);
+            self.evaluate(p, cur);
             if cur.bound > d.bound {
                 if cur.bound > d.bound + 1e-9 * d.bound.abs().max(1e-9) {
-                    since_best = 0;
+                    *since_best = 0;
                 }
-                d.clone_from(&cur);
+                d.clone_from(cur);
             } else {
-                since_best += 1;
+                *since_best += 1;
             }
-            if since_best >= PATIENCE {
-                theta *= 0.5;
-                since_best = 0;
-                if theta < 1e-5 {
+            if *since_best >= PATIENCE {
+                *theta *= 0.5;
+                *since_best = 0;
+                if *theta < 1e-5 {
+                    *finished = true;
                     break;
                 }
             }
-            if d.bound >= ub {
+            if d.bound >= ub.min(stop_at) {
                 break;
             }
         }
+    }
+}
+
+/// The first step factor of an ascent (see [`Relaxation::resume`]).
+const THETA0: f64 = 2.0;
+
+/// The state of a subgradient ascent between calls (see [`Relaxation::resume`]).
+pub(crate) struct Ascent {
+    /// The current multipliers (not necessarily the best).
+    cur: Dual,
+    /// Step factor.
+    theta: f64,
+    /// Steps since the bound last improved.
+    since_best: usize,
+    /// The ascent has converged or stalled for good.
+    finished: bool,
+}
+
+impl Ascent {
+    /// An ascent starting from `d`.
+    pub fn new(d: &Dual) -> Ascent {
+        Ascent { cur: d.clone(), theta: THETA0, since_best: 0, finished: false }
     }
 }

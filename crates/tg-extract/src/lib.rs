@@ -13,7 +13,9 @@
 //!   optimal extraction; a greedy DAG extraction, the optimal tree extraction and local
 //!   search give an incumbent; a Lagrangian relaxation gives a proven lower bound and
 //!   fixes nodes by reduced cost; a depth-first branch and bound then improves the
-//!   incumbent until it is proven optimal or the time limit passes.
+//!   incumbent until it is proven optimal or the time limit passes. The cheap bounds are
+//!   tried on the greedy extraction first, so easy instances end in milliseconds, and every
+//!   phase respects the time limit ([`Stats::phases`] times them).
 //! - [`check`]: an independent checker that recomputes the DAG cost of any choice.
 //!
 //! ```
@@ -36,6 +38,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bits;
 mod check;
 mod graph;
 mod greedy;
@@ -53,4 +56,4 @@ mod tests;
 pub use check::{check, CheckError};
 pub use graph::{BuildError, ClassId, EGraph, EGraphBuilder, NodeId};
 pub use json::{read_json, read_json_file, read_json_str, ReadError};
-pub use solve::{extract, ExtractError, Extraction, Options, Stats};
+pub use solve::{extract, ExtractError, Extraction, Options, PhaseTimes, Stats};

@@ -18,20 +18,70 @@
 //!   classes the roots no longer reach.
 //!
 //! The rounds repeat until nothing changes.
+//!
+//! **Representation and time limit.** Sets are sparse bitsets ([`SparseBits`]): on a deep
+//! DAG every set holds most classes below it, and word-wise unions keep that ~64 times
+//! cheaper than sorted lists. Any intermediate state of the fixed-point iteration from
+//! below is itself inside the true sets (the operator is monotone and the true sets are a
+//! post-fixed point), and every use of `M` — the two removals, and the relaxation's
+//! constraints `a_c <= a_d` — stays valid for any subsets of the true sets. So when the
+//! deadline passes the computation stops with the sets it has (unfinished ones `{c}`), and
+//! [`reduce`] stops removing: the problem and sets it returns are sound, only weaker.
 
+use crate::bits::{Accum, SparseBits};
 use crate::problem::{Infeasible, Problem};
+use std::time::Instant;
 
-/// `M(c)` for every class (sorted, containing `c`).
-pub(crate) fn mandatory(p: &Problem) -> Vec<Vec<u32>> {
+/// `M(c)` for every class of one problem (each set contains `c`; see the module doc).
+#[derive(Debug, Clone)]
+pub(crate) struct Mandatory {
+    sets: Vec<SparseBits>,
+}
+
+impl Mandatory {
+    /// Whether `d ∈ M(c)`.
+    #[inline]
+    pub fn contains(&self, c: usize, d: u32) -> bool {
+        self.sets[c].contains(d)
+    }
+
+    /// The elements of `M(c)` in increasing order.
+    pub fn iter(&self, c: usize) -> impl Iterator<Item = u32> + '_ {
+        self.sets[c].iter()
+    }
+
+    /// `|M(c)|`.
+    pub fn len(&self, c: usize) -> usize {
+        self.sets[c].len()
+    }
+}
+
+/// `M(c)` for every class, computed to the end.
+#[cfg(test)]
+pub(crate) fn mandatory(p: &Problem) -> Mandatory {
+    mandatory_until(p, None).0
+}
+
+/// `M(c)` for every class, stopping at `deadline` (then some sets are only partly grown,
+/// which is sound: see the module doc). Returns the sets and whether they are complete.
+pub(crate) fn mandatory_until(p: &Problem, deadline: Option<Instant>) -> (Mandatory, bool) {
     let (_, comps) = p.sccs();
     let nc = p.num_classes();
-    let mut m: Vec<Vec<u32>> = (0..nc as u32).map(|c| vec![c]).collect();
-    let mut scratch = Vec::new();
+    let mut m: Vec<SparseBits> = (0..nc as u32).map(SparseBits::singleton).collect();
+    let mut acc = Accum::new(nc);
+    // Words handled since the clock was last read.
+    let mut work = 0usize;
     for comp in &comps {
         loop {
             let mut changed = false;
             for &c in comp {
-                let new = mandatory_of(p, c as usize, &m, &mut scratch);
+                if work >= 4096 {
+                    work = 0;
+                    if deadline.is_some_and(|t| Instant::now() >= t) {
+                        return (Mandatory { sets: m }, false);
+                    }
+                }
+                let new = mandatory_of(p, c as usize, &m, &mut acc, &mut work);
                 if new != m[c as usize] {
                     m[c as usize] = new;
                     changed = true;
@@ -42,53 +92,37 @@ pub(crate) fn mandatory(p: &Problem) -> Vec<Vec<u32>> {
             }
         }
     }
-    m
+    (Mandatory { sets: m }, true)
 }
 
-fn mandatory_of(p: &Problem, c: usize, m: &[Vec<u32>], scratch: &mut Vec<u32>) -> Vec<u32> {
-    let mut inter: Option<Vec<u32>> = None;
+/// `{c} ∪ ⋂_{n ∈ c} ⋃_{d ∈ ch(n)} m[d]`; adds the words it touched to `work`.
+fn mandatory_of(p: &Problem, c: usize, m: &[SparseBits], acc: &mut Accum, work: &mut usize) -> SparseBits {
+    let mut inter: Option<SparseBits> = None;
     for n in p.nodes_of(c) {
-        scratch.clear();
         for &d in p.kids(n) {
-            scratch.extend_from_slice(&m[d as usize]);
+            acc.or(&m[d as usize]);
+            *work += m[d as usize].words();
         }
-        scratch.sort_unstable();
-        scratch.dedup();
-        inter = Some(match inter {
-            None => scratch.clone(),
-            Some(prev) => intersect(&prev, scratch),
-        });
-        if inter.as_ref().is_some_and(|v| v.is_empty()) {
+        match &mut inter {
+            None => inter = Some(acc.take()),
+            Some(prev) => {
+                acc.and_into(prev);
+                acc.clear();
+            }
+        }
+        if inter.as_ref().is_some_and(SparseBits::is_empty) {
             break;
         }
     }
     let mut out = inter.unwrap_or_default();
-    if let Err(pos) = out.binary_search(&(c as u32)) {
-        out.insert(pos, c as u32);
-    }
-    out
-}
-
-fn intersect(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let (mut i, mut j) = (0, 0);
-    let mut out = Vec::new();
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                out.push(a[i]);
-                i += 1;
-                j += 1;
-            }
-        }
-    }
+    out.insert(c as u32);
+    *work += 1;
     out
 }
 
 /// True when every child of `m` is mandatory below some child of `n`.
-fn covered(p: &Problem, m: usize, n: usize, mand: &[Vec<u32>]) -> bool {
-    p.kids(m).iter().all(|&e| p.kids(n).iter().any(|&d| mand[d as usize].binary_search(&e).is_ok()))
+fn covered(p: &Problem, m: usize, n: usize, mand: &Mandatory) -> bool {
+    p.kids(m).iter().all(|&e| p.kids(n).iter().any(|&d| mand.contains(d as usize, e)))
 }
 
 /// Statistics of [`reduce`].
@@ -97,18 +131,25 @@ pub(crate) struct PrepStats {
     pub rounds: usize,
     pub cycle_nodes: usize,
     pub dominated_nodes: usize,
+    /// The deadline cut the preprocessing short.
+    pub cut_short: bool,
 }
 
-/// Applies the removals of the module doc until nothing changes.
-pub(crate) fn reduce(mut p: Problem, stats: &mut PrepStats) -> Result<Problem, Infeasible> {
+/// Applies the removals of the module doc until nothing changes or `deadline` passes;
+/// returns the reduced problem and its mandatory sets (complete unless cut short).
+pub(crate) fn reduce(mut p: Problem, stats: &mut PrepStats, deadline: Option<Instant>) -> Result<(Problem, Mandatory), Infeasible> {
     loop {
         stats.rounds += 1;
-        let mand = mandatory(&p);
+        let (mand, complete) = mandatory_until(&p, deadline);
+        if !complete {
+            stats.cut_short = true;
+            return Ok((p, mand));
+        }
         let mut keep = vec![true; p.num_nodes()];
         let mut removed = 0;
         for (n, k) in keep.iter_mut().enumerate() {
             let c = p.node_class[n];
-            if p.kids(n).iter().any(|&d| mand[d as usize].binary_search(&c).is_ok()) {
+            if p.kids(n).iter().any(|&d| mand.contains(d as usize, c)) {
                 *k = false;
                 removed += 1;
                 stats.cycle_nodes += 1;
@@ -136,8 +177,14 @@ pub(crate) fn reduce(mut p: Problem, stats: &mut PrepStats) -> Result<Problem, I
             }
         }
         if removed == 0 {
-            return Ok(p);
+            return Ok((p, mand));
         }
         p = p.retain(&keep)?;
+        if deadline.is_some_and(|t| Instant::now() >= t) {
+            // The sets of the reduced problem are not computed: return it with `{c}`.
+            stats.cut_short = true;
+            let sets = (0..p.num_classes() as u32).map(SparseBits::singleton).collect();
+            return Ok((p, Mandatory { sets }));
+        }
     }
 }

@@ -1,11 +1,24 @@
 //! The anytime solver: preprocessing, greedy and local search for an incumbent, the
 //! Lagrangian bound with reduced-cost fixing, then branch and bound until proven optimal
 //! or out of time.
+//!
+//! Cheap proofs come before expensive improvement: the greedy DAG extraction is checked
+//! against the path bound and against a short ascent of the relaxation (at most
+//! `QUICK_ASCENT_STEPS` steps) before the fixed-point greedy and local search run. On the
+//! compiler's e-graphs the greedy extraction is optimal and the relaxation tight, so that
+//! is the whole solve. Otherwise the short ascent is continued where it stopped (exactly the
+//! steps of one long ascent) when local search did not change the incumbent's cost, and
+//! restarted against the better incumbent when it did.
+//!
+//! Every phase reads the clock: preprocessing, the DAG greedies, the cover of the
+//! mandatory sets and the ascent stop at their share of the limit (each sound when cut
+//! short, see their docs); what runs regardless is linear or linearithmic (the compact
+//! copy, grounding, the tree extraction, the path bound).
 
 use crate::graph::{ClassId, EGraph, NodeId};
 use crate::greedy::{ancestor_bounds, greedy_dag, greedy_dag_fixpoint, greedy_tree, induced, path_bounds, Walk};
-use crate::lagrange::{Dual, Relaxation};
-use crate::prep::{mandatory, reduce, PrepStats};
+use crate::lagrange::{Ascent, Dual, Relaxation};
+use crate::prep::{reduce, PrepStats};
 use crate::problem::{Infeasible, Problem};
 use crate::search::{Branching, Search};
 use std::time::{Duration, Instant};
@@ -46,6 +59,9 @@ pub struct Stats {
     pub cycle_nodes_removed: usize,
     /// Nodes removed by dominance.
     pub dominated_nodes_removed: usize,
+    /// The time limit cut the preprocessing short (its removals are then incomplete and
+    /// the mandatory sets smaller, which is sound).
+    pub prep_cut_short: bool,
     /// Nodes removed by reduced-cost fixing against the incumbent.
     pub fixed_nodes_removed: usize,
     /// DAG cost of the greedy DAG extraction.
@@ -69,6 +85,33 @@ pub struct Stats {
     pub lns_rounds: u64,
     /// See `lns_rounds`.
     pub lns_improvements: u64,
+    /// Wall-clock time of each phase.
+    pub phases: PhaseTimes,
+}
+
+/// Wall-clock time of each phase of [`extract`] (zero for phases that did not run).
+#[derive(Debug, Clone, Default)]
+pub struct PhaseTimes {
+    /// Preprocessing (mandatory classes, cycle and dominance removals).
+    pub prep: Duration,
+    /// The three greedy extractions.
+    pub greedy: Duration,
+    /// Local search on the greedy extractions.
+    pub local_search: Duration,
+    /// The path bound.
+    pub path_bound: Duration,
+    /// Mandatory classes of the reduced problem, the relaxation and its first ascent.
+    pub relaxation: Duration,
+    /// The Lagrangian heuristic (with its local search).
+    pub heuristic: Duration,
+    /// The first, node-limited complete search.
+    pub quick_search: Duration,
+    /// The large-neighbourhood search.
+    pub lns: Duration,
+    /// Fixing rounds (fixing, preprocessing again, re-ascent, heuristic).
+    pub fixing: Duration,
+    /// Complete searches with rising targets.
+    pub final_search: Duration,
 }
 
 /// The result of [`extract`].
@@ -99,6 +142,9 @@ pub enum ExtractError {
     Infeasible(String),
 }
 
+/// Step budget of the short ascent against the first incumbent.
+const QUICK_ASCENT_STEPS: usize = 300;
+
 struct Incumbent {
     choices: Vec<(ClassId, NodeId)>,
     cost: f64,
@@ -124,22 +170,84 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
     let infeasible = |e: Infeasible| ExtractError::Infeasible(g.class_name(e.0).to_string());
     let mut stats = Stats::default();
 
+    let mut lap = Instant::now();
+    // Time since the last call, and restart the lap.
+    let mut split = || {
+        let now = Instant::now();
+        let d = now - lap;
+        lap = now;
+        d
+    };
+    let t_frac = |f: f64| start + opts.time_limit.mul_f64(f);
     let p = Problem::from_egraph(g).map_err(infeasible)?;
     let mut ps = PrepStats::default();
-    let p = reduce(p, &mut ps).map_err(infeasible)?;
+    let (p, mand) = reduce(p, &mut ps, Some(t_frac(0.1))).map_err(infeasible)?;
     stats.cycle_nodes_removed = ps.cycle_nodes;
     stats.dominated_nodes_removed = ps.dominated_nodes;
+    stats.prep_cut_short = ps.cut_short;
     stats.classes_after_prep = p.num_classes();
     stats.nodes_after_prep = p.num_nodes();
+    stats.phases.prep = split();
+
+    // A first incumbent: the greedy DAG extraction, or the tree extraction (linearithmic,
+    // never cut short) if it is cheaper or the deadline stops the DAG greedy.
+    let mut walk = Walk::default();
+    let tree = greedy_tree(&p, &p.cost);
+    let dag = greedy_dag(&p, &p.cost, Some(t_frac(0.1)));
+    stats.greedy_tree_cost = induced(&p, &tree, &mut walk).unwrap_or(f64::INFINITY);
+    stats.greedy_dag_cost = dag.as_ref().and_then(|ch| induced(&p, ch, &mut walk)).unwrap_or(f64::INFINITY);
+    stats.phases.greedy = split();
+    let first = match &dag {
+        Some(ch) if stats.greedy_dag_cost <= stats.greedy_tree_cost => ch,
+        _ => &tree,
+    };
+    let mut inc = match to_original(&p, first, &mut walk) {
+        Some(choices) => Incumbent { cost: cost_of(g, &choices), choices },
+        // Unreachable: both greedy maps of a reduced problem are acyclic.
+        None => return Err(ExtractError::Infeasible(g.class_name(g.roots()[0]).into())),
+    };
+
+    // The path bound: often decisive on chain-like graphs, which the relaxation handles
+    // badly when cycles offer free shortcuts.
+    let below = path_bounds(&p);
+    stats.path_bound = p.roots.iter().map(|&r| below[r as usize]).fold(0.0, f64::max);
+    stats.phases.path_bound = split();
+    if stats.path_bound >= inc.cost - tol_of(inc.cost) {
+        stats.local_search_cost = inc.cost;
+        return Ok(finish(inc, true, 0.0, 0, start, stats));
+    }
+    if Instant::now() >= deadline {
+        stats.local_search_cost = inc.cost;
+        return Ok(finish(inc, false, 0.0, 0, start, stats));
+    }
+
+    // The relaxation, and a short ascent against the first incumbent. Where the greedy
+    // extraction is optimal and the relaxation tight (the compiler's e-graphs), this is
+    // the proof, before any improvement is paid for. Otherwise the ascent starts again
+    // below, aiming at the improved incumbent.
+    let rel = Relaxation::new(&p, &mand, Some(t_frac(0.25)));
+    drop(mand);
+    let mut quick = rel.zero(&p);
+    let mut ascent = Ascent::new(&quick);
+    let first_cost = inc.cost;
+    rel.resume(&p, &mut ascent, &mut quick, first_cost, first_cost - tol_of(first_cost), QUICK_ASCENT_STEPS, t_frac(0.15));
+    stats.root_bound = quick.bound;
+    stats.phases.relaxation = split();
+    if quick.bound >= inc.cost - tol_of(inc.cost) {
+        stats.local_search_cost = inc.cost;
+        return Ok(finish(inc, true, quick.bound, 0, start, stats));
+    }
+    if Instant::now() >= deadline {
+        stats.local_search_cost = inc.cost;
+        return Ok(finish(inc, false, quick.bound, 0, start, stats));
+    }
 
     // Incumbent: the best of the three greedy extractions, each improved by local search.
     // `best` is the incumbent's choice map over `p`.
-    let t_frac = |f: f64| start + opts.time_limit.mul_f64(f);
-    let mut walk = Walk::default();
-    let mut cands = [greedy_dag(&p, &p.cost), greedy_tree(&p, &p.cost), greedy_dag_fixpoint(&p)];
-    stats.greedy_dag_cost = induced(&p, &cands[0], &mut walk).unwrap_or(f64::INFINITY);
-    stats.greedy_tree_cost = induced(&p, &cands[1], &mut walk).unwrap_or(f64::INFINITY);
-    stats.greedy_fixpoint_cost = induced(&p, &cands[2], &mut walk).unwrap_or(f64::INFINITY);
+    let fixpoint = greedy_dag_fixpoint(&p, t_frac(0.1));
+    stats.greedy_fixpoint_cost = induced(&p, &fixpoint, &mut walk).unwrap_or(f64::INFINITY);
+    let mut cands = [dag.unwrap_or_else(|| tree.clone()), tree, fixpoint];
+    stats.phases.greedy += split();
     let mut best_k = 0;
     let mut best_cost = f64::INFINITY;
     for (k, ch) in cands.iter_mut().enumerate() {
@@ -150,41 +258,45 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
         }
     }
     let mut best = std::mem::take(&mut cands[best_k]);
-    let mut inc = match to_original(&p, &best, &mut walk) {
+    inc = match to_original(&p, &best, &mut walk) {
         Some(choices) => Incumbent { cost: cost_of(g, &choices), choices },
-        // Unreachable: the greedy DAG map of a reduced problem is acyclic.
         None => return Err(ExtractError::Infeasible(g.class_name(g.roots()[0]).into())),
     };
     stats.local_search_cost = inc.cost;
-
-    // The path bound: often decisive on chain-like graphs, which the relaxation handles
-    // badly when cycles offer free shortcuts.
-    let below = path_bounds(&p);
-    stats.path_bound = p.roots.iter().map(|&r| below[r as usize]).fold(0.0, f64::max);
-    if stats.path_bound >= inc.cost - tol_of(inc.cost) {
+    stats.phases.local_search = split();
+    if stats.path_bound.max(quick.bound) >= inc.cost - tol_of(inc.cost) {
         return Ok(finish(inc, true, 0.0, 0, start, stats));
     }
 
-    // The bound on the whole problem.
-    let mand = mandatory(&p);
-    let rel = Relaxation::new(&p, &mand);
-    let mut dual = rel.zero(&p);
-    rel.ascend(&p, &mut dual, inc.cost, usize::MAX, t_frac(0.25));
-    stats.root_bound = dual.bound;
+    // The bound on the whole problem: the short ascent continued if it aimed at this
+    // incumbent's cost (same steps as one long ascent), else a new one aiming lower.
+    let dual = if inc.cost == first_cost {
+        rel.resume(&p, &mut ascent, &mut quick, inc.cost, inc.cost - tol_of(inc.cost), usize::MAX, t_frac(0.25));
+        quick.clone()
+    } else {
+        let mut d = rel.zero(&p);
+        rel.ascend(&p, &mut d, inc.cost, inc.cost - tol_of(inc.cost), usize::MAX, t_frac(0.25));
+        d
+    };
+    stats.root_bound = dual.bound.max(quick.bound);
+    stats.phases.relaxation += split();
 
-    for mut ch in lagrangian_candidates(&p, &dual) {
-        if crate::local::improve(&p, &mut ch, opts.rel_tol, t_frac(0.3)).is_finite() {
-            if let Some(choices) = to_original(&p, &ch, &mut walk) {
-                let cost = cost_of(g, &choices);
-                if cost < inc.cost - tol_of(inc.cost) {
-                    inc = Incumbent { choices, cost };
-                    best = ch;
+    if dual.bound < inc.cost - tol_of(inc.cost) {
+        for mut ch in lagrangian_candidates(&p, &dual, t_frac(0.3)) {
+            if crate::local::improve(&p, &mut ch, opts.rel_tol, t_frac(0.3)).is_finite() {
+                if let Some(choices) = to_original(&p, &ch, &mut walk) {
+                    let cost = cost_of(g, &choices);
+                    if cost < inc.cost - tol_of(inc.cost) {
+                        inc = Incumbent { choices, cost };
+                        best = ch;
+                    }
                 }
             }
         }
     }
     stats.lagrangian_heuristic_cost = inc.cost;
-    let mut lower = dual.bound.max(stats.path_bound).min(inc.cost);
+    stats.phases.heuristic = split();
+    let mut lower = stats.root_bound.max(stats.path_bound).min(inc.cost);
     let mut optimal = lower >= inc.cost - tol_of(inc.cost);
     let mut nodes_explored = 0;
 
@@ -224,11 +336,13 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
         }
         optimal = out.complete;
     }
+    stats.phases.quick_search = split();
     if !optimal && opts.lns {
         let (nodes, proven) = lns_until(t_frac(0.5), &mut best, &mut inc, &mut walk, &mut stats);
         nodes_explored += nodes;
         optimal = proven || lower >= inc.cost - tol_of(inc.cost);
     }
+    stats.phases.lns = split();
 
     // Rounds of fixing against the incumbent (by reduced cost and by paths) and of the
     // bound on what is left, warm-started.
@@ -240,24 +354,26 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
         round += 1;
         let ub = inc.cost - tol_of(inc.cost);
         let warm = qrel.export(&q, &qdual);
-        match fix_by_reduced_cost(&q, &qrel, &qdual, ub).and_then(|r| fix_by_paths(&r, ub)).and_then(|r| reduce(r, &mut ps)) {
-            Ok(r) => {
+        let fixed = fix_by_reduced_cost(&q, &qrel, &qdual, ub).and_then(|r| fix_by_paths(&r, ub)).and_then(|r| reduce(r, &mut ps, Some(t_frac(0.75))));
+        let qmand = match fixed {
+            Ok((r, m)) => {
                 stats.fixed_nodes_removed += q.num_nodes().saturating_sub(r.num_nodes());
                 q = r;
+                m
             }
             Err(_) => {
                 // Nothing cheaper than the incumbent remains.
                 optimal = true;
                 break;
             }
-        }
-        qrel = Relaxation::new(&q, &mandatory(&q));
+        };
+        qrel = Relaxation::new(&q, &qmand, Some(t_frac(0.75)));
         qdual = qrel.warm(&q, &warm);
-        qrel.ascend(&q, &mut qdual, inc.cost, usize::MAX, t_frac(0.5 + 0.05 * round as f64));
+        qrel.ascend(&q, &mut qdual, inc.cost, inc.cost - tol_of(inc.cost), usize::MAX, t_frac(0.5 + 0.05 * round as f64));
         // `q` keeps every extraction cheaper than the incumbent by more than the
         // tolerance, so its bound (capped by the incumbent) bounds the optimum.
         lower = lower.max(qdual.bound.min(inc.cost));
-        for mut ch in lagrangian_candidates(&q, &qdual) {
+        for mut ch in lagrangian_candidates(&q, &qdual, t_frac(0.75)) {
             crate::local::improve(&q, &mut ch, opts.rel_tol, t_frac(0.75));
             if let Some(choices) = to_original(&q, &ch, &mut walk) {
                 let cost = cost_of(g, &choices);
@@ -268,6 +384,7 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
         }
         optimal = qdual.bound >= inc.cost - tol_of(inc.cost);
     }
+    stats.phases.fixing = split();
 
     // Complete searches with rising targets: one below `target` that finds nothing proves
     // the bound `target - tol`; when the relaxation is tight this settles a problem long
@@ -311,6 +428,7 @@ pub fn extract(g: &EGraph, opts: &Options) -> Result<Extraction, ExtractError> {
             }
         }
     }
+    stats.phases.final_search = split();
     Ok(finish(inc, optimal, lower, nodes_explored, start, stats))
 }
 
@@ -361,11 +479,13 @@ pub(crate) fn fix_by_reduced_cost(q: &Problem, rel: &Relaxation, d: &Dual, ub: f
 /// Choice maps suggested by the multipliers (a Lagrangian heuristic): each class's
 /// node of least reduced cost (possibly cyclic), and the greedy DAG extraction that
 /// prices nodes by how much their reduced cost exceeds their class's least one.
-fn lagrangian_candidates(p: &Problem, d: &Dual) -> Vec<Vec<u32>> {
+fn lagrangian_candidates(p: &Problem, d: &Dual, deadline: Instant) -> Vec<Vec<u32>> {
     let argmin: Vec<u32> = (0..p.num_classes()).map(|c| p.nodes_of(c).min_by(|&a, &b| d.red[a].total_cmp(&d.red[b])).map_or(u32::MAX, |n| n as u32)).collect();
     // A small share of the true cost breaks ties among nodes of equal reduced cost.
     let price: Vec<f64> = (0..p.num_nodes()).map(|n| (d.red[n] - d.minr[p.node_class[n] as usize]).max(0.0) + 1e-3 * p.cost[n]).collect();
-    vec![argmin, greedy_dag(p, &price)]
+    let mut out = vec![argmin];
+    out.extend(greedy_dag(p, &price, Some(deadline)));
+    out
 }
 
 /// `q` without the nodes that cannot be in an extraction cheaper than `ub` by the path

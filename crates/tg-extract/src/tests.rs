@@ -72,7 +72,7 @@ fn cases(seed: u64, n: usize) -> Vec<(Problem, f64)> {
         };
         // The optimum of the raw problem must survive preprocessing.
         let raw = brute(&p);
-        let Ok(q) = reduce(p, &mut PrepStats::default()) else {
+        let Ok((q, _)) = reduce(p, &mut PrepStats::default(), None) else {
             assert_eq!(raw, None);
             continue;
         };
@@ -93,7 +93,7 @@ fn far() -> Instant {
 fn bound_is_valid_for_any_multipliers_and_search_is_complete() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for (i, (p, opt)) in cases(11, 1500).into_iter().enumerate() {
-        let rel = Relaxation::new(&p, &mandatory(&p));
+        let rel = Relaxation::new(&p, &mandatory(&p), None);
         let mut d = rel.zero(&p);
         // Random multipliers, some large.
         for l in d.lam.iter_mut() {
@@ -112,7 +112,7 @@ fn bound_is_valid_for_any_multipliers_and_search_is_complete() {
         assert_eq!(cost, opt, "case {i}");
         // And with optimised multipliers.
         let mut d = rel.zero(&p);
-        rel.ascend(&p, &mut d, opt + 1.0, 500, far());
+        rel.ascend(&p, &mut d, opt + 1.0, opt + 1.0, 500, far());
         assert!(d.bound <= opt + 1e-9, "case {i}: ascended bound {} above optimum {opt}", d.bound);
         let mut s = Search::new(&p, &rel, &d, Branching::LargestRegret);
         let out = s.run(1e9, 0.0, far(), u64::MAX, None);
@@ -123,9 +123,9 @@ fn bound_is_valid_for_any_multipliers_and_search_is_complete() {
 #[test]
 fn targets_below_the_optimum_find_nothing_and_above_find_it() {
     for (i, (p, opt)) in cases(12, 800).into_iter().enumerate() {
-        let rel = Relaxation::new(&p, &mandatory(&p));
+        let rel = Relaxation::new(&p, &mandatory(&p), None);
         let mut d = rel.zero(&p);
-        rel.ascend(&p, &mut d, opt + 1.0, 300, far());
+        rel.ascend(&p, &mut d, opt + 1.0, opt + 1.0, 300, far());
         let mut s = Search::new(&p, &rel, &d, Branching::FewestNodes);
         let out = s.run(opt, 0.0, far(), u64::MAX, None);
         assert!(out.complete && out.best.is_none(), "case {i}: found below the optimum");
@@ -138,9 +138,9 @@ fn targets_below_the_optimum_find_nothing_and_above_find_it() {
 #[test]
 fn reduced_cost_fixing_keeps_every_better_extraction() {
     for (i, (p, opt)) in cases(13, 800).into_iter().enumerate() {
-        let rel = Relaxation::new(&p, &mandatory(&p));
+        let rel = Relaxation::new(&p, &mandatory(&p), None);
         let mut d = rel.zero(&p);
-        rel.ascend(&p, &mut d, opt + 1.0, 300, far());
+        rel.ascend(&p, &mut d, opt + 1.0, opt + 1.0, 300, far());
         // Pretend the incumbent costs opt + 1/8: an optimal extraction must survive.
         match crate::solve::fix_by_reduced_cost(&p, &rel, &d, opt + 0.125) {
             Ok(q) => assert_eq!(brute(&q), Some(opt), "case {i}"),
@@ -159,7 +159,7 @@ fn reduced_cost_fixing_keeps_every_better_extraction() {
 #[test]
 fn neighbourhood_search_improves_and_proves() {
     for (i, (p, opt)) in cases(14, 800).into_iter().enumerate() {
-        let rel = Relaxation::new(&p, &mandatory(&p));
+        let rel = Relaxation::new(&p, &mandatory(&p), None);
         let d = rel.zero(&p);
         let mut s = Search::new(&p, &rel, &d, Branching::LargestRegret);
         let mut choice = greedy_tree(&p, &p.cost);
@@ -222,7 +222,7 @@ fn brute_fixed(p: &Problem, fixed: &[u32]) -> Option<f64> {
 fn restricted_search_with_any_multipliers_is_exact() {
     let mut rng = ChaCha8Rng::seed_from_u64(8);
     for (i, (p, _)) in cases(16, 1500).into_iter().enumerate() {
-        let rel = Relaxation::new(&p, &mandatory(&p));
+        let rel = Relaxation::new(&p, &mandatory(&p), None);
         let mut d = rel.zero(&p);
         for l in d.lam.iter_mut() {
             *l = if rng.gen_bool(0.5) { 0.0 } else { rng.gen_range(0..=16) as f64 * 0.25 };
