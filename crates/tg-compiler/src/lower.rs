@@ -216,7 +216,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let ids = l.operand(n.inputs[1]);
                 l.emit(i, n, Kernel::Gather, vec![t, ids], shape, n.dtype)?
             }
-            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } => {
+            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } | Op::AttentionSeqMajor { .. } => {
                 let k = match &n.op {
                     Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
                     Op::RopeNeox => Kernel::RopeNeox,
@@ -226,6 +226,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                     Op::Softmax => Kernel::Softmax,
                     Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
                     Op::AddRmsNorm { eps_bits } => Kernel::AddRmsNorm { eps_bits: *eps_bits },
+                    Op::AttentionSeqMajor { scale_bits } => Kernel::AttentionSeqMajor { scale_bits: *scale_bits },
                     _ => unreachable!("matched above"),
                 };
                 // Fused kernels read their operands as plain rows: `emit` copies any

@@ -138,11 +138,17 @@ fn rope_neox_from_a_permuted_view() {
 
 #[test]
 fn attention_grouped_with_causal_and_window_masks() {
-    for (seed, nkv, group, sq, sk, d, window) in
-        [(8u64, 1usize, 4usize, 5usize, 5usize, 256usize, None), (9, 2, 2, 33, 33, 32, Some(7)), (10, 1, 3, 1, 70, 64, None), (11, 1, 1, 130, 130, 16, Some(40))]
-    {
+    for (seed, nkv, group, sq, sk, d, window, seq_major) in [
+        (8u64, 1usize, 4usize, 5usize, 5usize, 256usize, None, false),
+        (9, 2, 2, 33, 33, 32, Some(7), false),
+        (10, 1, 3, 1, 70, 64, None, false),
+        (11, 1, 1, 130, 130, 16, Some(40), false),
+        (12, 1, 4, 5, 5, 256, None, true),
+        (13, 2, 2, 33, 33, 32, Some(7), true),
+        (14, 1, 3, 1, 70, 64, None, true),
+    ] {
         let mut c = Case::new(seed);
-        let q = c.input("q", &[nkv, group, sq, d], -1.0, 1.0);
+        let q = if seq_major { c.input("q", &[sq, nkv, group, d], -1.0, 1.0) } else { c.input("q", &[nkv, group, sq, d], -1.0, 1.0) };
         let k = c.input("k", &[nkv, 1, sk, d], -1.0, 1.0);
         let v = c.input("v", &[nkv, 1, sk, d], -1.0, 1.0);
         // Query i sits at position sk - sq + i (a prompt continued by sq tokens).
@@ -156,9 +162,11 @@ fn attention_grouped_with_causal_and_window_masks() {
         }
         c.inputs.insert("mask".into(), HostTensor::f32(&[sq, sk], m).unwrap());
         let mask = c.b.input("mask", &[sq, sk], DType::F32).unwrap();
-        let y = c.b.push(Op::Attention { scale_bits: (1.0 / (d as f64).sqrt()).to_bits() }, &[q, k, v, mask], None).unwrap();
+        let scale_bits = (1.0 / (d as f64).sqrt()).to_bits();
+        let op = if seq_major { Op::AttentionSeqMajor { scale_bits } } else { Op::Attention { scale_bits } };
+        let y = c.b.push(op, &[q, k, v, mask], None).unwrap();
         let (g, i) = c.finish(y);
-        check(&format!("attention kv{nkv} g{group} {sq}x{sk} d{d} window {window:?}"), &g, &i, 1e-10);
+        check(&format!("attention kv{nkv} g{group} {sq}x{sk} d{d} window {window:?} seq-major {seq_major}"), &g, &i, 1e-10);
     }
 }
 

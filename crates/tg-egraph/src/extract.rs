@@ -88,9 +88,10 @@ impl CostModel for KernelCost {
             Op::GeluTanh => kernel(14.0 * n),
             Op::GatedGelu => kernel(15.0 * n),
             Op::Softmax => kernel(13.0 * n),
-            Op::Attention { .. } => {
+            Op::Attention { .. } | Op::AttentionSeqMajor { .. } => {
                 // scores q·kᵀ, softmax and p·v without materialising the scores.
-                let (sq, d) = (os[os.len() - 2] as f64, os[os.len() - 1] as f64);
+                let sq = if matches!(op, Op::AttentionSeqMajor { .. }) { os[0] } else { os[os.len() - 2] } as f64;
+                let d = os[os.len() - 1] as f64;
                 let sk = ins.get(1).map_or(1.0, |(s, _)| s[s.len() - 2] as f64);
                 let batch = n / (sq * d).max(1.0);
                 kernel(batch * sq * sk * (4.0 * d + 13.0))

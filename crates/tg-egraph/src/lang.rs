@@ -79,6 +79,7 @@ fn variant(op: &Op) -> u8 {
         Op::Attention { .. } => 22,
         Op::RmsNormRopeNeox { .. } => 23,
         Op::AddRmsNorm { .. } => 24,
+        Op::AttentionSeqMajor { .. } => 25,
     }
 }
 
@@ -111,7 +112,7 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
         Op::Slice { axis, start, end } => (None, v(&[*axis as u64, *start as u64, *end as u64])),
         Op::Concat { axis } => (None, v(&[*axis as u64])),
         Op::RmsNorm { eps_bits } | Op::RmsNormRopeNeox { eps_bits } | Op::AddRmsNorm { eps_bits } => (None, v(&[*eps_bits])),
-        Op::Attention { scale_bits } => (None, v(&[*scale_bits])),
+        Op::Attention { scale_bits } | Op::AttentionSeqMajor { scale_bits } => (None, v(&[*scale_bits])),
         Op::Where | Op::Reshape | Op::Expand | Op::Gather | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax => (None, SmallVec::new()),
     }
 }

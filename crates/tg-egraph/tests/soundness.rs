@@ -508,6 +508,23 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 &|b, x, w| p::fused(b, Op::RmsNormRopeNeox { eps_bits: eps.to_bits() }, &[x[0], w[0], x[1], x[2]]),
             )
         }),
+        ("attention-seq-major", |rng| {
+            let (nkv, g, sq, d) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..6));
+            let sk = sq + rng.gen_range(0..3);
+            let scale: f64 = rng.gen_range(0.1..1.0);
+            let kv = vec![nkv, 1, sk, d];
+            let op = Op::Attention { scale_bits: scale.to_bits() };
+            case(
+                &[vec![sq, nkv, g, d], kv.clone(), kv, vec![sq, sk]],
+                &[],
+                &move |b, x, _| {
+                    let q = b.permute(x[0], &[1, 2, 0, 3])?;
+                    let o = p::fused(b, op.clone(), &[q, x[1], x[2], x[3]])?;
+                    b.permute(o, &[2, 0, 1, 3])
+                },
+                &move |b, x, _| p::fused(b, Op::AttentionSeqMajor { scale_bits: scale.to_bits() }, &[x[0], x[1], x[2], x[3]]),
+            )
+        }),
         ("fuse-attention", |rng| {
             let (nkv, g, sq, d) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..6));
             let sk = sq + rng.gen_range(0..3);

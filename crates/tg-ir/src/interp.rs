@@ -333,33 +333,51 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
             out(data)
         }
-        Op::Attention { scale_bits } => {
-            let (q, k, v) = (dense(0)?, dense(1)?, dense(2)?);
-            let scale = f64::from_bits(*scale_bits);
-            let r = n.shape.len();
-            let (sq, dv) = (n.shape[r - 2], n.shape[r - 1]);
-            let (d, sk) = (q.shape[q.shape.len() - 1], k.shape[k.shape.len() - 2]);
-            let batch = &n.shape[..r - 2];
-            let nb = numel(batch);
-            let off = |a: &Array| strided_offsets(batch, &broadcast_strides(&a.shape[..a.shape.len() - 2], batch), 0);
-            let (qo, ko, vo) = (off(&q), off(&k), off(&v));
-            let mut sshape = batch.to_vec();
-            sshape.extend([sq, sk]);
-            let mask = broadcast_to(&dense(3)?, &sshape);
-            let mut data = vec![0f64; nb * sq * dv];
-            for b in 0..nb {
-                let (qb, kb, vb) = (&q.data[qo[b] * sq * d..][..sq * d], &k.data[ko[b] * sk * d..][..sk * d], &v.data[vo[b] * sk * dv..][..sk * dv]);
-                for i in 0..sq {
-                    let scores: Vec<f64> = (0..sk).map(|j| scale * (0..d).map(|p| qb[i * d + p] * kb[j * d + p]).sum::<f64>() + mask[(b * sq + i) * sk + j]).collect();
-                    let pr = softmax_f64(&scores);
-                    for c in 0..dv {
-                        data[(b * sq + i) * dv + c] = (0..sk).map(|j| pr[j] * vb[j * dv + c]).sum();
-                    }
-                }
-            }
-            out(data)
+        Op::Attention { scale_bits } => out(attention_f64(&dense(0)?, &dense(1)?, &dense(2)?, &dense(3)?, &n.shape, f64::from_bits(*scale_bits))),
+        Op::AttentionSeqMajor { scale_bits } => {
+            // permute(attention(permute(q, [1, 2, 0, 3]), k, v, m), [2, 0, 1, 3])
+            let q = permuted(&dense(0)?, &[1, 2, 0, 3]);
+            let hm = [n.shape[1], n.shape[2], n.shape[0], n.shape[3]];
+            let o = attention_f64(&q, &dense(1)?, &dense(2)?, &dense(3)?, &hm, f64::from_bits(*scale_bits));
+            let o = Array { shape: hm.to_vec(), dtype: n.dtype, data: o };
+            out(permuted(&o, &[2, 0, 1, 3]).data)
         }
     }
+}
+
+/// `a` with its dimensions reordered: output dim `i` is input dim `perm[i]`.
+fn permuted(a: &Array, perm: &[usize]) -> Array {
+    let st = contiguous_strides(&a.shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
+    let pst: Vec<isize> = perm.iter().map(|&p| st[p]).collect();
+    let data = strided_offsets(&shape, &pst, 0).into_iter().map(|l| a.data[l]).collect();
+    Array { shape, dtype: a.dtype, data }
+}
+
+/// `softmax(scale · q·kᵀ + mask) · v` with batch dims broadcast to `out_shape[..r-2]`.
+fn attention_f64(q: &Array, k: &Array, v: &Array, mask: &Array, out_shape: &[usize], scale: f64) -> Vec<f64> {
+    let r = out_shape.len();
+    let (sq, dv) = (out_shape[r - 2], out_shape[r - 1]);
+    let (d, sk) = (q.shape[q.shape.len() - 1], k.shape[k.shape.len() - 2]);
+    let batch = &out_shape[..r - 2];
+    let nb = numel(batch);
+    let off = |a: &Array| strided_offsets(batch, &broadcast_strides(&a.shape[..a.shape.len() - 2], batch), 0);
+    let (qo, ko, vo) = (off(q), off(k), off(v));
+    let mut sshape = batch.to_vec();
+    sshape.extend([sq, sk]);
+    let mask = broadcast_to(mask, &sshape);
+    let mut data = vec![0f64; nb * sq * dv];
+    for b in 0..nb {
+        let (qb, kb, vb) = (&q.data[qo[b] * sq * d..][..sq * d], &k.data[ko[b] * sk * d..][..sk * d], &v.data[vo[b] * sk * dv..][..sk * dv]);
+        for i in 0..sq {
+            let scores: Vec<f64> = (0..sk).map(|j| scale * (0..d).map(|p| qb[i * d + p] * kb[j * d + p]).sum::<f64>() + mask[(b * sq + i) * sk + j]).collect();
+            let pr = softmax_f64(&scores);
+            for c in 0..dv {
+                data[(b * sq + i) * dv + c] = (0..sk).map(|j| pr[j] * vb[j * dv + c]).sum();
+            }
+        }
+    }
+    data
 }
 
 /// `exp(x − max) / Σ exp(x − max)`; a row of all −∞ gives NaN, as the formula does.

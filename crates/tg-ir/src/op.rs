@@ -228,6 +228,15 @@ pub enum Op {
         /// `f64::to_bits` of the score scale.
         scale_bits: u64,
     },
+    /// Attention with position-major queries and output: `permute(attention_s(permute(q, [1, 2,
+    /// 0, 3]), k, v, mask), [2, 0, 1, 3])`. Inputs `[q [sq, a, b, d], k, v, mask]` with `k`,
+    /// `v` and `mask` as for [`Op::Attention`] on the permuted `q`; output `[sq, a, b, dv]`.
+    /// The layout the q projection writes and the output projection reads, so neither side
+    /// needs a transposing copy.
+    AttentionSeqMajor {
+        /// `f64::to_bits` of the score scale.
+        scale_bits: u64,
+    },
     /// Residual add fused with RMSNorm, with both results: `concat([s, rms_norm_ε(s, w)], 0)`
     /// with `s = a + b`, each part given a leading axis of 1. Inputs `[a, b, w]`: `a` and `b`
     /// of one shape `[.., n]`, `w` as for [`Op::RmsNorm`]. Output `[2, ..a.shape]`: index 0
@@ -274,12 +283,13 @@ impl Op {
             Op::Softmax => "softmax".into(),
             Op::Attention { .. } => "attention".into(),
             Op::AddRmsNorm { .. } => "add_rms_norm".into(),
+            Op::AttentionSeqMajor { .. } => "attention_seq_major".into(),
         }
     }
 
     /// True for the fused ops (rewrite targets, never built by model definitions).
     pub fn is_fused(&self) -> bool {
-        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. })
+        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } | Op::AttentionSeqMajor { .. })
     }
 
     /// True for ops with no inputs whose value comes from outside or from attributes.

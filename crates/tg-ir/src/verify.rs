@@ -322,6 +322,19 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             s.extend([sq, dv]);
             Ok((s, DType::F32))
         }
+        Op::AttentionSeqMajor { scale_bits } => {
+            arity(op, ins, 4)?;
+            let q = ins[0].0;
+            if q.len() != 4 {
+                return Err(shape_err(op, format!("q {q:?} must be [sq, a, b, d]")));
+            }
+            let qh = [q[1], q[2], q[0], q[3]];
+            let (s, d) = infer_shape(&Op::Attention { scale_bits: *scale_bits }, &[(&qh, ins[0].1), ins[1], ins[2], ins[3]], None).map_err(|e| retag(e, op))?;
+            if s.len() != 4 {
+                return Err(shape_err(op, format!("k {:?} and v {:?} must not add batch dims to q's", ins[1].0, ins[2].0)));
+            }
+            Ok((vec![s[2], s[0], s[1], s[3]], d))
+        }
     }
 }
 

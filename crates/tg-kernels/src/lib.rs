@@ -43,7 +43,7 @@ pub use elementwise::{
     binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
 };
 pub use fused::{
-    add_rms_norm, add_rms_norm_with, attention, attention_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
+    add_rms_norm, add_rms_norm_with, attention, attention_layout_with, attention_with, AttnLayout, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
     gelu_tanh_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with,
     softmax_rows, softmax_rows_with,
 };

@@ -18,8 +18,8 @@ use common::*;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    add_rms_norm_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with, rms_norm_with,
-    rope_neox_with, softmax_rows_with, Isa, KernelError,
+    add_rms_norm_with, attention_layout_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with, rms_norm_with, rope_neox_with, softmax_rows_with,
+    AttnLayout, Isa, KernelError,
 };
 
 /// Unit roundoff of f32.
@@ -75,13 +75,7 @@ fn check(what: &str, y: &[f32], r: &[f64], tol: &[f64], nmse_max: f64) -> f64 {
             continue;
         }
         let err = (y[i] as f64 - r[i]).abs();
-        assert!(
-            err <= tol[i] || (y[i] as f64 == r[i]),
-            "{what}: element {i}: got {}, reference {}, |err| {err:.3e} > bound {:.3e}",
-            y[i],
-            r[i],
-            tol[i]
-        );
+        assert!(err <= tol[i] || (y[i] as f64 == r[i]), "{what}: element {i}: got {}, reference {}, |err| {err:.3e} > bound {:.3e}", y[i], r[i], tol[i]);
         ys.push(y[i]);
         rs.push(r[i]);
     }
@@ -117,15 +111,7 @@ fn norm_tol(r: &[f64], n: usize) -> Vec<f64> {
 /// `2·(2u + xrel)·(|x0·c| + |x1·s|)`: at most three roundings (two products and the sum;
 /// two with FMA), each within `u` of the magnitude sum, doubled; `xrel` is the relative error
 /// already in `x` (from a fused norm).
-fn rope_ref(
-    x: &[f64],
-    xrel: &[f64],
-    cos: &[f32],
-    sin: &[f32],
-    seq: usize,
-    heads: usize,
-    hd: usize,
-) -> (Vec<f64>, Vec<f64>) {
+fn rope_ref(x: &[f64], xrel: &[f64], cos: &[f32], sin: &[f32], seq: usize, heads: usize, hd: usize) -> (Vec<f64>, Vec<f64>) {
     let h = hd / 2;
     let mut out = vec![0.0; x.len()];
     let mut tol = vec![0.0; x.len()];
@@ -270,8 +256,7 @@ fn rows_with_scales(r: &mut ChaCha8Rng, rows: usize, n: usize) -> Vec<f32> {
     x
 }
 
-const NORM_SHAPES: [(usize, usize); 9] =
-    [(1, 1), (5, 1), (3, 7), (5, 33), (1, 640), (5, 640), (128, 640), (5, 768), (128, 768)];
+const NORM_SHAPES: [(usize, usize); 9] = [(1, 1), (5, 1), (3, 7), (5, 33), (1, 640), (5, 640), (128, 640), (5, 768), (128, 768)];
 
 #[test]
 fn rms_norm_matches_reference() {
@@ -322,17 +307,7 @@ fn add_rms_norm_matches_reference() {
 // ---------------------------------------------------------------------------------------------
 // RoPE.
 
-const ROPE_SHAPES: [(usize, usize, usize); 9] = [
-    (1, 1, 2),
-    (1, 4, 256),
-    (5, 4, 256),
-    (5, 1, 256),
-    (17, 3, 32),
-    (17, 2, 40),
-    (130, 4, 64),
-    (130, 1, 256),
-    (3, 5, 6),
-];
+const ROPE_SHAPES: [(usize, usize, usize); 9] = [(1, 1, 2), (1, 4, 256), (5, 4, 256), (5, 1, 256), (17, 3, 32), (17, 2, 40), (130, 4, 64), (130, 1, 256), (3, 5, 6)];
 
 /// Angles `pos · base^(−2i/hd)` as cos/sin tables `[seq, hd/2]`, positions offset at random.
 fn rope_tables(r: &mut ChaCha8Rng, seq: usize, hd: usize) -> (Vec<f32>, Vec<f32>) {
@@ -406,8 +381,7 @@ fn gelu_tanh_matches_reference() {
         let want: Vec<f64> = x.iter().map(|&v| gelu_ref(v)).collect();
         let tol: Vec<f64> = x.iter().zip(&want).map(|(&v, &w)| gelu_tol(v, w)).collect();
         let want_g: Vec<f64> = want.iter().zip(&up).map(|(&g, &u)| g * u as f64).collect();
-        let tol_g: Vec<f64> =
-            tol.iter().zip(&up).zip(&want_g).map(|((&t, &u), &w)| t * (u as f64).abs() + w.abs() * U).collect();
+        let tol_g: Vec<f64> = tol.iter().zip(&up).zip(&want_g).map(|((&t, &u), &w)| t * (u as f64).abs() + w.abs() * U).collect();
         each_config(|isa, t| {
             let mut out = vec![f32::NAN; n];
             gelu_tanh_with(isa, &x, &mut out).unwrap();
@@ -594,6 +568,46 @@ fn attention_matches_reference() {
     worst.print("attention");
 }
 
+/// The position-major layout (`q`, `out` as `[sq, n_kv, group, hd]`) gives the head-major
+/// result, transposed: the same reference and bounds, with the rows permuted on the way in
+/// and out.
+#[test]
+fn attention_seq_major_matches_reference() {
+    let mut worst = Worst::default();
+    for (case, &(n_kv, group, sq, sk, hd, mk)) in ATTN_CASES.iter().enumerate() {
+        let what = format!("attention (seq-major) n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd} {mk:?}");
+        let mut r = case_rng(&what, 650 + case as u64);
+        let q = uniform(&mut r, n_kv * group * sq * hd, -1.0, 1.0);
+        let k = uniform(&mut r, n_kv * sk * hd, -1.0, 1.0);
+        let v = uniform(&mut r, n_kv * sk * hd, -2.0, 2.0);
+        let mask = make_mask(&mut r, mk, sq, sk);
+        let scale = 4.0 / (hd as f32).sqrt();
+        let a = Attn { n_kv, group, sq, sk, hd, scale, q, k, v, mask };
+        let (want_hm, tol_hm) = attention_ref(&a);
+        // Row (kv, g, i) of the head-major layout is row (i, kv, g) of the seq-major one.
+        let rows = n_kv * group * sq;
+        let to_seq = |r: usize| {
+            let (h, i) = (r / sq, r % sq);
+            i * n_kv * group + h
+        };
+        let mut q_sm = vec![0f32; a.q.len()];
+        let (mut want, mut tol) = (vec![0f64; want_hm.len()], vec![0f64; tol_hm.len()]);
+        for r in 0..rows {
+            let (src, dst) = (r * hd, to_seq(r) * hd);
+            q_sm[dst..dst + hd].copy_from_slice(&a.q[src..src + hd]);
+            want[dst..dst + hd].copy_from_slice(&want_hm[src..src + hd]);
+            tol[dst..dst + hd].copy_from_slice(&tol_hm[src..src + hd]);
+        }
+        each_config(|isa, t| {
+            let mut out = vec![f32::NAN; want.len()];
+            attention_layout_with(isa, AttnLayout::SeqMajor, &q_sm, &a.k, &a.v, &a.mask, n_kv, group, sq, sk, hd, scale, &mut out).unwrap();
+            let e = check(&format!("{what} {isa} t{t}"), &out, &want, &tol, NMSE_MAX_ATTN);
+            worst.add(format!("{isa}"), e);
+        });
+    }
+    worst.print("attention (seq-major)");
+}
+
 /// Block skipping changes nothing but speed: a mask with −1e30 in place of −∞ (never skipped)
 /// gives the same result to rounding. And a block holding only large negative *finite* values
 /// is not skipped: with every visible score offset by −1e4 the result still matches the
@@ -693,9 +707,7 @@ fn fused_kernels_reject_bad_lengths() {
     is_len_err(softmax_rows_with(isa, &v(12), 3, 4, &mut o(11)), "softmax out");
 
     // attention: n_kv 2, group 2, sq 3, sk 5, hd 4 → q/out 48, k/v 40, mask 15.
-    let a = |q: usize, k: usize, vv: usize, m: usize, out: usize| {
-        attention_with(isa, &v(q), &v(k), &v(vv), &v(m), 2, 2, 3, 5, 4, 0.5, &mut o(out))
-    };
+    let a = |q: usize, k: usize, vv: usize, m: usize, out: usize| attention_with(isa, &v(q), &v(k), &v(vv), &v(m), 2, 2, 3, 5, 4, 0.5, &mut o(out));
     a(48, 40, 40, 15, 48).unwrap();
     is_len_err(a(47, 40, 40, 15, 48), "attention q");
     is_len_err(a(48, 41, 40, 15, 48), "attention k");

@@ -297,7 +297,8 @@ impl GraphCore {
     /// epsilon; inputs `x, w`), `rope_neox` (`x, cos, sin`), `gelu_tanh` (`x`), `gated_gelu`
     /// (`gate, up`), `softmax` (`x`, last axis), `attention` (`attr`: score scale; inputs
     /// `q, k, v, mask`), `add_rms_norm` (`attr`: epsilon; inputs `a, b, w`; output
-    /// `[2, ..a.shape]`: the sum, then its norm). For testing fused kernels against their
+    /// `[2, ..a.shape]`: the sum, then its norm), `attention_seq_major` (as `attention` with
+    /// `q` and the output `[sq, a, b, d]`). For testing fused kernels against their
     /// definitions.
     #[pyo3(signature = (name, inputs, attr=None))]
     fn fused(&self, name: &str, inputs: Vec<NodeId>, attr: Option<f64>) -> PyResult<NodeId> {
@@ -311,6 +312,7 @@ impl GraphCore {
             "softmax" => Op::Softmax,
             "attention" => Op::Attention { scale_bits: need("a scale")?.to_bits() },
             "add_rms_norm" => Op::AddRmsNorm { eps_bits: need("an epsilon")?.to_bits() },
+            "attention_seq_major" => Op::AttentionSeqMajor { scale_bits: need("a scale")?.to_bits() },
             _ => return Err(err(Kind::Graph, format!("unknown fused op '{name}'")).into()),
         };
         self.add(op, &inputs, None)

@@ -134,6 +134,22 @@ def test_attention_grouped_query(sq, sk, rng):
     check(out["y"], ref["y"], attention_ref(q, k, v, causal, scale), 2e-5)
 
 
+def test_attention_seq_major(rng):
+    # q and the output position-major: [sq, n_kv, group, d].
+    sq, sk, d = 5, 7, 16
+    q = rng.standard_normal((sq, 2, 2, d)).astype(np.float32)
+    k = rng.standard_normal((2, 1, sk, d)).astype(np.float32)
+    v = rng.standard_normal((2, 1, sk, d)).astype(np.float32)
+    causal = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq), 0.0, -np.inf).astype(np.float32)
+    scale = 1 / math.sqrt(d)
+    g = tg.Graph()
+    tq, tk, tv = g.input("q", q.shape), g.input("k", k.shape), g.input("v", v.shape)
+    g.output("y", fused.attention_seq_major(tq, tk, tv, g.constant(causal), scale))
+    out, ref = run_both(g, {"q": q, "k": k, "v": v})
+    want = attention_ref(q.transpose(1, 2, 0, 3), k, v, causal, scale).transpose(2, 0, 1, 3)
+    check(out["y"], ref["y"], want, 2e-5)
+
+
 def test_attention_forms_without_a_kernel_are_compile_errors(rng):
     """The IR's attention is more general than the CPU kernel (here: value width 8 != key
     width 16). The graph is valid and the reference interpreter evaluates it; compiling it

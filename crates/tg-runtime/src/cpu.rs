@@ -383,6 +383,17 @@ impl Device for CpuDevice {
                 need(m.numel() == q.shape[2] * sk && m.shape.last() == Some(&sk), || "attention: mask must be one [sq, sk] matrix".into())?;
                 same_shape(&ins[..1], out)
             }
+            Kernel::AttentionSeqMajor { .. } => {
+                arity(4)?;
+                fused_f32(ins)?;
+                let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
+                need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention_seq_major: q, k, v must be rank 4".into())?;
+                let (sq, nkv, d) = (q.shape[0], q.shape[1], q.shape[3]);
+                let sk = k.shape[2];
+                need(k.shape == [nkv, 1, sk, d] && v.shape == [nkv, 1, sk, d], || "attention_seq_major: k/v must be [n_kv, 1, sk, d] for q [sq, n_kv, g, d]".into())?;
+                need(m.numel() == sq * sk && m.shape.last() == Some(&sk), || "attention_seq_major: mask must be one [sq, sk] matrix".into())?;
+                same_shape(&ins[..1], out)
+            }
         }
     }
 
@@ -683,6 +694,15 @@ impl Device for CpuDevice {
                 let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 tg_kernels::attention(qv, kv, vv, mv, nkv, g, sq, sk, d, f64::from_bits(*scale_bits) as f32, o).map_err(|e| e.to_string())?;
+            }
+            Kernel::AttentionSeqMajor { scale_bits } => {
+                let q = ins[0].1;
+                let (sq, nkv, g, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+                let sk = ins[1].1.shape[2];
+                let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                let scale = f64::from_bits(*scale_bits) as f32;
+                tg_kernels::attention_layout_with(tg_kernels::isa(), tg_kernels::AttnLayout::SeqMajor, qv, kv, vv, mv, nkv, g, sq, sk, d, scale, o).map_err(|e| e.to_string())?;
             }
         }
         Ok(())

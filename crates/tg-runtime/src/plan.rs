@@ -151,6 +151,12 @@ pub enum Kernel {
         /// `f64::to_bits` of the score scale.
         scale_bits: u64,
     },
+    /// [`Kernel::Attention`] with position-major query rows and output: `q` and the output
+    /// `[sq, n_kv, group, d]`, `k`/`v` `[n_kv, 1, sk, d]`, all contiguous.
+    AttentionSeqMajor {
+        /// `f64::to_bits` of the score scale.
+        scale_bits: u64,
+    },
     /// Fused residual add + RMSNorm with both results: inputs `a`, `b` (one shape, rows of
     /// `n`, contiguous) and `w` (`n` elements); output `[2, ..a.shape]`, the sum `a + b` then
     /// its RMSNorm.
@@ -187,6 +193,7 @@ impl Kernel {
             Kernel::Softmax => "softmax".into(),
             Kernel::Attention { .. } => "attention".into(),
             Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),
+            Kernel::AttentionSeqMajor { .. } => "attention_seq_major".into(),
         }
     }
 }

@@ -43,6 +43,13 @@ pub(super) fn rules() -> Vec<Rule> {
             add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
         }),
         rule(
+            "attention-seq-major",
+            "fusion.attention",
+            "permute(attention_s(permute(q, [1,2,0,3]), k, v, m), [2,0,1,3]) = attention_seq_major_s(q, k, v, m)",
+            attention_seq_major,
+            |eg, _, &(q, k, v, m, s)| add_op(eg, Op::AttentionSeqMajor { scale_bits: s.to_bits() }, &[q, k, v, m]),
+        ),
+        rule(
             "attention-absorb-scale",
             "fusion.attention",
             "attention_s(q·c, k, v, m) = attention_{s·c}(q, k, v, m) for a scalar constant c",
@@ -61,6 +68,7 @@ pub(super) fn rules() -> Vec<Rule> {
 /// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
 ///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
 ///   broadcasts to the scores);
+/// - `AttentionSeqMajor`: as `Attention` with `q` given `[sq, n_kv, g, d]`;
 /// - `AddRmsNorm`: the two summands of one shape, the weight as for `RmsNorm`;
 /// - `GatedGelu`: gate and up of one shape; `GeluTanh`, `Softmax` (rank ≥ 1): any shape.
 pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
@@ -83,6 +91,7 @@ pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
             let scores = [nkv, g, sq, sk];
             **k == [nkv, 1, sk, d] && **v == [nkv, 1, sk, d] && numel(m) == sq * sk && m.last() == Some(&sk) && broadcast_shapes(&scores, m).as_deref() == Some(&scores[..])
         }
+        (Op::AttentionSeqMajor { scale_bits }, [q, k, v, m]) => q.len() == 4 && kernel_accepts(&Op::Attention { scale_bits: *scale_bits }, &[&[q[1], q[2], q[0], q[3]], k, v, m]),
         (Op::GatedGelu, [g, u]) => g == u,
         (Op::AddRmsNorm { .. }, [a, b, w]) => a == b && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[a, w]),
         (Op::GeluTanh, [_]) => true,
@@ -373,6 +382,29 @@ fn fuse_attention(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
                             out.push((q, k, v, m, scale));
                         }
                     }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Class `c` holding `permute(attention(permute(q, [1, 2, 0, 3]), ..), [2, 0, 1, 3])`: the
+/// position-major query's transposes on both sides of attention, which the seq-major kernel
+/// does not need.
+fn attention_seq_major(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
+    let mut out = Vec::new();
+    for p in nodes_where(eg, c, |o| matches!(o, Op::Permute { perm } if perm[..] == [2, 0, 1, 3])) {
+        let a = eg.find(p.children[0]);
+        for n in nodes_where(eg, a, |o| matches!(o, Op::Attention { .. })) {
+            let Op::Attention { scale_bits } = n.op else { continue };
+            let ch: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
+            for qp in nodes_where(eg, ch[0], |o| matches!(o, Op::Permute { perm } if perm[..] == [1, 2, 0, 3])) {
+                let q = eg.find(qp.children[0]);
+                let m = (q, ch[1], ch[2], ch[3], f64::from_bits(scale_bits));
+                let op = Op::AttentionSeqMajor { scale_bits };
+                if f32_all(eg, &[q, ch[1], ch[2], ch[3]]) && kernel_accepts(&op, &[shape(eg, q), shape(eg, ch[1]), shape(eg, ch[2]), shape(eg, ch[3])]) && !out.contains(&m) {
+                    out.push(m);
                 }
             }
         }

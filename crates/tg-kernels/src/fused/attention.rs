@@ -41,6 +41,9 @@ const MIN_PARALLEL_FMAS: usize = 1 << 18;
 /// Problem geometry (see [`attention`]).
 #[derive(Clone, Copy)]
 struct Geo {
+    /// Query and output rows are position-major (`[sq, n_kv, group, hd]`).
+    seq_major: bool,
+    n_kv: usize,
     group: usize,
     sq: usize,
     sk: usize,
@@ -87,13 +90,7 @@ macro_rules! with_rows {
 /// Raw dot products `s[r·KB + c] = q[r] · k[c]` for `M` query rows and `kb ≤ KB` keys of
 /// `hd` elements (`k` rows contiguous, `hd` apart).
 #[inline(always)]
-unsafe fn scores<S: Simd, const M: usize, const NR: usize>(
-    q: [*const f32; M],
-    k: *const f32,
-    hd: usize,
-    kb: usize,
-    s: *mut f32,
-) {
+unsafe fn scores<S: Simd, const M: usize, const NR: usize>(q: [*const f32; M], k: *const f32, hd: usize, kb: usize, s: *mut f32) {
     let mut c = 0;
     while c + NR <= kb {
         let kp: [*const f32; NR] = std::array::from_fn(|x| k.add((c + x) * hd));
@@ -159,15 +156,7 @@ unsafe fn exp_sum<S: Simd>(s: *mut f32, m: f32, kbv: usize) -> f32 {
 /// `o[r][0..w] = o[r][0..w]·alpha[r] + Σ_{j<kb} p[r][j] · v[j·v_rs + 0..w]` for `M` rows, with
 /// `w == NV·LANES`, or `w < LANES` and `NV == 1`.
 #[inline(always)]
-unsafe fn pv_cols<S: Simd, const M: usize, const NV: usize>(
-    p: [*const f32; M],
-    alpha: &[f32; M],
-    v: *const f32,
-    v_rs: usize,
-    kb: usize,
-    o: [*mut f32; M],
-    w: usize,
-) {
+unsafe fn pv_cols<S: Simd, const M: usize, const NV: usize>(p: [*const f32; M], alpha: &[f32; M], v: *const f32, v_rs: usize, kb: usize, o: [*mut f32; M], w: usize) {
     let l = S::LANES;
     let mut acc = [[S::zero(); NV]; M];
     if w == NV * l {
@@ -214,14 +203,7 @@ unsafe fn pv_cols<S: Simd, const M: usize, const NV: usize>(
 
 /// `O ← O·alpha + P·V` over all `hd` columns for `M` rows.
 #[inline(always)]
-unsafe fn pv<S: Simd, const M: usize, const NV: usize>(
-    p: [*const f32; M],
-    alpha: &[f32; M],
-    v: *const f32,
-    hd: usize,
-    kb: usize,
-    o: [*mut f32; M],
-) {
+unsafe fn pv<S: Simd, const M: usize, const NV: usize>(p: [*const f32; M], alpha: &[f32; M], v: *const f32, hd: usize, kb: usize, o: [*mut f32; M]) {
     let l = S::LANES;
     let mut c = 0;
     while c + NV * l <= hd {
@@ -264,7 +246,7 @@ impl IsaTask for TileTask {
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
         let TileTask { q, k, v, mask, out, geo, head, rows } = self;
-        let Geo { group, sq, sk, hd, scale } = geo;
+        let Geo { seq_major, n_kv, group, sq, sk, hd, scale } = geo;
         let l = S::LANES;
         let nr = rows.len();
         debug_assert!((1..=RB).contains(&nr));
@@ -275,7 +257,7 @@ impl IsaTask for TileTask {
         let mut qi = [0usize; RB];
         for (t, r) in rows.clone().enumerate() {
             let (i, g) = (r / group, r % group);
-            let off = ((head * group + g) * sq + i) * hd;
+            let off = if seq_major { ((i * n_kv + head) * group + g) * hd } else { ((head * group + g) * sq + i) * hd };
             qp[t] = q.add(off);
             op[t] = out.add(off);
             qi[t] = i;
@@ -354,10 +336,7 @@ impl IsaTask for TileTask {
             while t < nr {
                 let a = exp_lanes::<S>(S::load(alpha.as_ptr().add(t)));
                 S::store(alpha.as_mut_ptr().add(t), a);
-                S::store(
-                    lsum.as_mut_ptr().add(t),
-                    S::fma(S::load(lsum.as_ptr().add(t)), a, S::load(bsum.as_ptr().add(t))),
-                );
+                S::store(lsum.as_mut_ptr().add(t), S::fma(S::load(lsum.as_ptr().add(t)), a, S::load(bsum.as_ptr().add(t))));
                 t += l;
             }
 
@@ -445,6 +424,36 @@ pub fn attention_with(
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    attention_layout_with(isa, AttnLayout::HeadMajor, q, k, v, mask, n_kv, group, sq, sk, head_dim, scale, out)
+}
+
+/// Where the query and output rows of [`attention_layout_with`] are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnLayout {
+    /// `q` and `out` are `[n_kv, group, sq, head_dim]` (as [`attention`]).
+    HeadMajor,
+    /// `q` and `out` are `[sq, n_kv, group, head_dim]`: the layout the q projection produces
+    /// and the output projection reads, so neither needs a transposing copy.
+    SeqMajor,
+}
+
+/// [`attention`] with the query and output rows in `layout` (`k`, `v` and `mask` as there).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_layout_with(
+    isa: Isa,
+    layout: AttnLayout,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: &[f32],
+    n_kv: usize,
+    group: usize,
+    sq: usize,
+    sk: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     const W: &str = "attention";
     let isa = checked(isa)?;
     let heads = mul(W, n_kv, group)?;
@@ -460,7 +469,7 @@ pub fn attention_with(
         return Ok(());
     }
 
-    let geo = Geo { group, sq, sk, hd: head_dim, scale };
+    let geo = Geo { seq_major: layout == AttnLayout::SeqMajor, n_kv, group, sq, sk, hd: head_dim, scale };
     let fmas = (n_kv * rows_per_head).saturating_mul(sk).saturating_mul(2 * head_dim);
     let parallel = threads() > 1 && fmas >= MIN_PARALLEL_FMAS;
     let mut tile = RB.min(rows_per_head);
@@ -473,8 +482,7 @@ pub fn attention_with(
         }
     }
     let tiles = rows_per_head.div_ceil(tile);
-    let (qp, kp, vp) =
-        (SyncPtr(q.as_ptr() as *mut f32), SyncPtr(k.as_ptr() as *mut f32), SyncPtr(v.as_ptr() as *mut f32));
+    let (qp, kp, vp) = (SyncPtr(q.as_ptr() as *mut f32), SyncPtr(k.as_ptr() as *mut f32), SyncPtr(v.as_ptr() as *mut f32));
     let (mp, op) = (SyncPtr(mask.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
     let work = |u: usize| {
         let (head, t) = (u / tiles, u % tiles);

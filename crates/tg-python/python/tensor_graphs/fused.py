@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._graph import Operand, Tensor, _operands
 
-__all__ = ["rms_norm", "add_rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention"]
+__all__ = ["rms_norm", "add_rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention", "attention_seq_major"]
 
 
 def _fused(name: str, xs, attr=None) -> Tensor:
@@ -60,3 +60,10 @@ def attention(q: Tensor, k: Operand, v: Operand, mask: Operand, scale: float) ->
     """``softmax(scale * q @ kᵀ + mask) @ v``: ``q [.., sq, d]``, ``k [.., sk, d]``,
     ``v [.., sk, dv]``, batch dimensions broadcast, ``mask`` broadcasts to ``[.., sq, sk]``."""
     return _fused("attention", (q, k, v, mask), float(scale))
+
+
+def attention_seq_major(q: Tensor, k: Operand, v: Operand, mask: Operand, scale: float) -> Tensor:
+    """``attention`` with position-major queries and output: ``q`` is ``(sq, a, b, d)``
+    and the result ``(sq, a, b, dv)``, i.e. ``attention(q.transpose(1, 2, 0, 3), k, v,
+    mask, scale).transpose(2, 0, 1, 3)``."""
+    return _fused("attention_seq_major", (q, k, v, mask), float(scale))
