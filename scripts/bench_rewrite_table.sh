@@ -5,6 +5,7 @@
 #
 #   scripts/bench_rewrite_table.sh [threads (default 2)] [repetitions (default 3)]
 #
+# TG=path/to/tg benchmarks that binary instead of building one.
 # Each row is `tg bench -p 5,128 -n 16 -t T -r R` with `--no-stage` options; the JSON rows are
 # collected and printed as one markdown table (tokens/s, mean ± std).
 set -euo pipefail
@@ -12,20 +13,24 @@ cd "$(dirname "$0")/.."
 T="${1:-2}"
 R="${2:-3}"
 MODEL="$(python3 scripts/fetch_model.py)"
-cargo build --release --locked -q -p tg-cli
-TG=target/release/tg
+if [ -z "${TG:-}" ]; then
+  cargo build --release --locked -q -p tg-cli
+  TG=target/release/tg
+fi
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 
 rows=(
   "baseline (no rewrite)|--no-stage rewrite"
   "+ layout, simplify|--no-stage rewrite:fusion"
-  "+ fused RMSNorm|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.gelu --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused GELU (gated)|--no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused RoPE|--no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused q/k-norm + RoPE|--no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
-  "+ fused softmax|--no-stage rewrite:fusion.attention"
-  "+ fused attention (all rules)|"
+  "+ fused RMSNorm|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.gelu --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused GELU (gated)|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:fusion.rope --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused RoPE|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:fusion.qknorm-rope --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused q/k-norm + RoPE|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:fusion.softmax --no-stage rewrite:fusion.attention"
+  "+ fused softmax|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:fusion.attention"
+  "+ fused attention|--no-stage rewrite:fusion.add-rmsnorm --no-stage rewrite:attention-seq-major"
+  "+ fused residual add + RMSNorm|--no-stage rewrite:attention-seq-major"
+  "+ copy chains removed (position-major attention; all rules)|"
 )
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 i=0
