@@ -54,6 +54,7 @@ pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String])
     let names: Vec<&str> = no_stage.iter().map(String::as_str).collect();
     let mut o = tg_compiler::CompileOptions::disabling(&names).map_err(|e| e.to_string())?;
     o.numerics = numerics.options().numerics;
+    o.cost = crate::machine_cost();
     Ok(o)
 }
 

@@ -77,7 +77,12 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
     }
     let spec: serde_json::Value = serde_json::from_str(TEXTS).map_err(|e| format!("embed_bench_texts.json: {e}"))?;
     let strings = |k: &str| -> Result<Vec<String>, String> {
-        spec[k].as_array().ok_or(format!("embed_bench_texts.json: no '{k}' list"))?.iter().map(|v| v.as_str().map(str::to_string).ok_or(format!("'{k}' holds a non-string"))).collect()
+        spec[k]
+            .as_array()
+            .ok_or(format!("embed_bench_texts.json: no '{k}' list"))?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or(format!("'{k}' holds a non-string")))
+            .collect()
     };
     let short = strings("short")?;
     let words = strings("long_words")?;
@@ -85,6 +90,7 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     for &t in &a.threads {
         let mut m = EmbeddingGemma::load(&dir, t).map_err(|e| e.to_string())?;
+        m.set_compile_options(tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() });
         m.set_profiling(a.profile);
         let long = exact_token_text(&m, &words, 512)?;
         let short_refs: Vec<&str> = short.iter().map(String::as_str).collect();

@@ -18,6 +18,7 @@ mod extract;
 mod logits;
 mod model_path;
 mod pack;
+mod profile;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -103,6 +104,9 @@ enum Cmd {
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
     },
+    /// Measure on this machine the kernels planning the model asks about (the planner then
+    /// uses these times by default); resumable.
+    Profile(profile::ProfileArgs),
     /// Tokenize text and print ids with their pieces.
     Tokenize {
         /// GGUF model (default model if omitted).
@@ -193,6 +197,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// The planner's kernel times for this process: this machine's profile when there is one
+/// (`tg profile`), else the built-in estimate. A profile that exists but does not fit this
+/// machine or build is reported once on stderr, never used silently.
+pub(crate) fn machine_cost() -> tg_compiler::CostSource {
+    static COST: std::sync::OnceLock<tg_compiler::CostSource> = std::sync::OnceLock::new();
+    COST.get_or_init(|| {
+        let (cost, why) = tg_compiler::CostSource::for_this_machine();
+        if let Some(why) = why {
+            eprintln!("note: {why}; planning with the built-in kernel cost estimate");
+        }
+        cost
+    })
+    .clone()
+}
+
 fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
     let path = model_path::resolve(model)?;
     Gemma3::load(&path, threads).map_err(|e| e.to_string())
@@ -256,13 +275,24 @@ fn run(cli: Cli) -> Res<()> {
         Cmd::Plan { model, seq, explain, no_stage, json, profile, threads } => {
             let mut m = load(model, 0)?;
             let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
-            let opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
+            let mut opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
+            opts.cost = machine_cost();
             m.set_compile_options(opts.clone());
             let graph = m.graph(seq, Logits::Last).map_err(|e| e.to_string())?;
             let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(threads)?);
             let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
             if profile {
-                profile_plan(&m, &c.plan, dev, seq)?;
+                let measured_ms = profile_plan(&m, &c.plan, dev, seq, c.report.prediction.as_ref())?;
+                match &c.report.prediction {
+                    Some(p) => println!(
+                        "predicted {:.3} ms, measured {:.3} ms: predicted / measured = {:.3} ({:.1}% of the prediction from fallbacks)",
+                        p.total_ns / 1e6,
+                        measured_ms,
+                        p.total_ns / 1e6 / measured_ms,
+                        100.0 * p.fallback_ns / p.total_ns.max(1e-9)
+                    ),
+                    None => println!("no kernel profile for this machine (`tg profile`): nothing predicted"),
+                }
             }
             if json {
                 let obj = serde_json::json!({ "report": c.report, "ops": graph.op_histogram(), "steps": c.plan.steps.len(), "arena_bytes": c.plan.arenas.iter().map(|a| a.bytes).sum::<usize>() });
@@ -272,9 +302,15 @@ fn run(cli: Cli) -> Res<()> {
                 println!("ops:   {}", graph.op_histogram().iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(" "));
                 print!("{}", c.report);
                 if explain {
+                    let pred = c.report.prediction.as_ref();
                     for (i, s) in c.plan.steps.iter().enumerate() {
                         let ins: Vec<String> = s.inputs.iter().map(|t| format!("b{}{:?}", t.buffer, t.layout.shape)).collect();
-                        println!("{i:5} {:<14} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
+                        // Predicted time of the step: `m` measured, `f` a fallback estimate.
+                        let p = match pred.and_then(|p| p.steps.get(i)) {
+                            Some(&(ns, measured)) => format!("{:>10.1} us {}", ns / 1e3, if measured { "m" } else { "f" }),
+                            None => format!("{:>12} -", "-"),
+                        };
+                        println!("{i:5} {p} {:<20} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
                     }
                 }
             }
@@ -293,6 +329,7 @@ fn run(cli: Cli) -> Res<()> {
         }
         Cmd::Logits(args) => logits::run(args),
         Cmd::Pack(args) => pack::run(args),
+        Cmd::Profile(args) => profile::run(args),
         Cmd::Extract(args) => extract::run(args),
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
@@ -316,6 +353,7 @@ fn embed(
     let t0 = std::time::Instant::now();
     let dir = model_path::resolve_embedding(model)?;
     let mut m = tg_models::EmbeddingGemma::load(&dir, threads).map_err(|e| e.to_string())?;
+    m.set_compile_options(tg_compiler::CompileOptions { cost: machine_cost(), ..Default::default() });
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     if list_prompts {
         for (k, v) in &m.config.prompts {
@@ -397,7 +435,9 @@ fn embed(
 }
 
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
-fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize) -> Res<()> {
+/// Runs `plan` with per-step timing (one warm-up, 5 runs), prints time per kernel kind and
+/// returns the mean run time in ms (the sum of the step times).
+fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize, pred: Option<&tg_compiler::PlanPrediction>) -> Res<f64> {
     let weights =
         std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
     let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;
@@ -419,14 +459,22 @@ fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_
             e.1 += 1;
         }
     }
+    // Predicted time per kernel kind (ms per run), when a profile predicted the plan.
+    let mut predicted: std::collections::BTreeMap<String, f64> = Default::default();
+    if let Some(p) = pred {
+        for (s, &(ns, _)) in plan.steps.iter().zip(&p.steps) {
+            *predicted.entry(s.kernel.name()).or_default() += ns / 1e6;
+        }
+    }
     let all: u64 = totals.values().map(|v| v.0).sum();
     let mut rows: Vec<_> = totals.into_iter().collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
     println!("profile ({reps} runs, {seq} tokens): {:.2} ms per run", all as f64 / reps as f64 / 1e6);
     for (k, (t, n)) in rows {
-        println!("  {k:<20} {:>9.3} ms {:>6.1}%  ({} steps/run)", t as f64 / reps as f64 / 1e6, 100.0 * t as f64 / all.max(1) as f64, n / reps);
+        let p = predicted.get(&k).map_or(String::new(), |p| format!("  predicted {p:9.3} ms"));
+        println!("  {k:<20} {:>9.3} ms {:>6.1}%  ({:>3} steps/run){p}", t as f64 / reps as f64 / 1e6, 100.0 * t as f64 / all.max(1) as f64, n / reps);
     }
-    Ok(())
+    Ok(all as f64 / reps as f64 / 1e6)
 }
 
 fn tg_tokenizer_stream(tok: &tg_models::Tokenizer) -> tg_models::StreamDecoder<'_> {

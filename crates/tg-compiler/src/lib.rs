@@ -20,6 +20,7 @@
 //! `lower`/`schedule`/`memory`, not the whole.
 #![warn(missing_docs)]
 
+pub mod cost;
 mod lower;
 mod memory;
 mod rewrite;
@@ -34,6 +35,7 @@ use thiserror::Error;
 
 pub use tg_egraph::{RewriteOptions, RewriteReport};
 
+pub use cost::{CostSource, MeasuredCost};
 pub use validate::validate;
 
 /// Errors from compilation.
@@ -72,6 +74,10 @@ pub struct CompileOptions {
     pub numerics: Numerics,
     /// Options of the `rewrite` stage: rule families switched off, saturation limits.
     pub rewrite: RewriteOptions,
+    /// Kernel times the planner optimises: the built-in estimate (the default here) or a
+    /// profile measured on this machine ([`CostSource::for_this_machine`], which the CLI and
+    /// the model loaders use).
+    pub cost: CostSource,
 }
 
 /// How quantized matmuls treat their activations.
@@ -88,7 +94,7 @@ pub enum Numerics {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact, rewrite: RewriteOptions::default() }
+        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact, rewrite: RewriteOptions::default(), cost: CostSource::Estimate }
     }
 }
 
@@ -144,6 +150,23 @@ pub struct CompileReport {
     pub stages: Vec<StageReport>,
     /// The `rewrite` stage's report (saturation and extraction), when it ran.
     pub rewrite: Option<RewriteReport>,
+    /// Where the planner's kernel times came from.
+    pub cost_source: String,
+    /// The plan's run time predicted step by step from the profile (with a profile only).
+    pub prediction: Option<PlanPrediction>,
+}
+
+/// A plan's run time as the profile predicts it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlanPrediction {
+    /// Sum over the steps (ns).
+    pub total_ns: f64,
+    /// Part resting on fallbacks (fitted or roofline estimates, not measurements).
+    pub fallback_ns: f64,
+    /// Steps predicted by a fallback.
+    pub fallback_steps: usize,
+    /// Per step, in plan order: predicted ns and whether it was measured.
+    pub steps: Vec<(f64, bool)>,
 }
 
 impl std::fmt::Display for CompileReport {
@@ -159,6 +182,17 @@ impl std::fmt::Display for CompileReport {
             for line in r.to_string().lines() {
                 writeln!(f, "  {line}")?;
             }
+        }
+        writeln!(f, "  costs: {}", self.cost_source)?;
+        if let Some(p) = &self.prediction {
+            writeln!(
+                f,
+                "  predicted run time {:.3} ms; {:.1}% of it from fallback estimates ({} of {} steps not measured)",
+                p.total_ns / 1e6,
+                if p.total_ns > 0.0 { 100.0 * p.fallback_ns / p.total_ns } else { 0.0 },
+                p.fallback_steps,
+                p.steps.len()
+            )?;
         }
         Ok(())
     }
@@ -201,9 +235,32 @@ pub fn dead_code_elimination(g: &Graph) -> Graph {
     out
 }
 
+/// The kernel keys planning `graph` asks about: every e-node the `rewrite` stage's
+/// extraction costs (every alternative, chosen or not) and every step of the finished plan
+/// (copies included), on `devices[0]`. This is what `tg profile` measures.
+pub fn planning_keys(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Vec<tg_profile::ProfileKey>, CompileError> {
+    let dev = devices.first().ok_or_else(|| CompileError::Options("no devices to compile for".into()))?;
+    let profile = match &opts.cost {
+        CostSource::Profile(p) => p.clone(),
+        CostSource::Estimate => Arc::new(tg_profile::Profile::new(tg_profile::Fingerprint::current())),
+    };
+    let rec = MeasuredCost::new(profile, dev.name(), dev.threads(), opts.numerics == Numerics::Q8Activations).recording();
+    tg_ir::verify(graph)?;
+    let g = dead_code_elimination(graph);
+    if opts.on("rewrite") {
+        rewrite::run(&g, &opts.rewrite, Some(&rec))?;
+    }
+    let mut keys = rec.recorded();
+    let plan = compile(graph, devices, opts)?.plan;
+    keys.extend(tg_profile::ProfileKey::from_plan(&plan, dev.threads()));
+    let mut seen = std::collections::HashSet::new();
+    keys.retain(|k| seen.insert(k.clone()));
+    Ok(keys)
+}
+
 /// Compiles `graph` for `devices` (the first is used for every step in this baseline).
 pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let mut report = CompileReport::default();
+    let mut report = CompileReport { cost_source: opts.cost.describe(), ..Default::default() };
     let skipped = |name: &str| StageReport { name: name.into(), ran: false, micros: 0, summary: String::new() };
     if devices.is_empty() {
         return Err(CompileError::Options("no devices to compile for".into()));
@@ -228,7 +285,12 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
     let rewritten;
     let graph = if opts.on("rewrite") {
         let t = Timer::start();
-        let (g, r) = rewrite::run(graph, &opts.rewrite)?;
+        let q8 = opts.numerics == Numerics::Q8Activations;
+        let cost = match &opts.cost {
+            CostSource::Estimate => None,
+            CostSource::Profile(p) => Some(MeasuredCost::new(p.clone(), devices[0].name(), devices[0].threads(), q8)),
+        };
+        let (g, r) = rewrite::run(graph, &opts.rewrite, cost.as_ref())?;
         rewritten = g;
         report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });
         report.rewrite = Some(r);
@@ -278,6 +340,15 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
         report.stages.push(StageReport { name: "validate".into(), ran: true, micros: t.us(), summary: "plan valid".into() });
     } else {
         report.stages.push(skipped("validate"));
+    }
+    if let CostSource::Profile(p) = &opts.cost {
+        let e = p.estimate_plan(&plan, devices[0].threads());
+        report.prediction = Some(PlanPrediction {
+            total_ns: e.total_ns,
+            fallback_ns: e.fallback_ns,
+            fallback_steps: e.fallback_steps,
+            steps: e.steps.iter().map(|s| (s.ns, !s.source.is_fallback())).collect(),
+        });
     }
     Ok(Compiled { plan, report })
 }

@@ -55,7 +55,7 @@ fn bytes_of(shape: &[usize], dtype: DType) -> usize {
 }
 
 /// A view of `src` broadcast to `shape` (stride 0 on broadcast dims).
-fn broadcast_view(src: &Layout, shape: &[usize]) -> Layout {
+pub(crate) fn broadcast_view(src: &Layout, shape: &[usize]) -> Layout {
     let off = shape.len() - src.shape.len();
     let bs = broadcast_strides(&src.shape, shape);
     let strides = (0..shape.len()).map(|i| if bs[i] == 0 || i < off { 0 } else { src.strides[i - off] }).collect();
@@ -216,19 +216,16 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let ids = l.operand(n.inputs[1]);
                 l.emit(i, n, Kernel::Gather, vec![t, ids], shape, n.dtype)?
             }
-            Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } | Op::AttentionSeqMajor { .. } => {
-                let k = match &n.op {
-                    Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
-                    Op::RopeNeox => Kernel::RopeNeox,
-                    Op::RmsNormRopeNeox { eps_bits } => Kernel::RmsNormRopeNeox { eps_bits: *eps_bits },
-                    Op::GeluTanh => Kernel::GeluTanh,
-                    Op::GatedGelu => Kernel::GatedGelu,
-                    Op::Softmax => Kernel::Softmax,
-                    Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
-                    Op::AddRmsNorm { eps_bits } => Kernel::AddRmsNorm { eps_bits: *eps_bits },
-                    Op::AttentionSeqMajor { scale_bits } => Kernel::AttentionSeqMajor { scale_bits: *scale_bits },
-                    _ => unreachable!("matched above"),
-                };
+            Op::RmsNorm { .. }
+            | Op::RopeNeox
+            | Op::RmsNormRopeNeox { .. }
+            | Op::GeluTanh
+            | Op::GatedGelu
+            | Op::Softmax
+            | Op::Attention { .. }
+            | Op::AddRmsNorm { .. }
+            | Op::AttentionSeqMajor { .. } => {
+                let k = fused_kernel(&n.op).ok_or_else(|| CompileError::Unsupported { node: i, op: n.op.name(), reason: "no kernel".into() })?;
                 // Fused kernels read their operands as plain rows: `emit` copies any
                 // operand that is not contiguous.
                 let ins: Vec<TensorRef> = n.inputs.iter().map(|&x| l.operand(x)).collect();
@@ -242,6 +239,22 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
         l.prog.outputs.push((name.clone(), t));
     }
     Ok(l.prog)
+}
+
+/// The kernel of a fused op (`None` for the primitive ops).
+pub(crate) fn fused_kernel(op: &Op) -> Option<Kernel> {
+    Some(match op {
+        Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
+        Op::RopeNeox => Kernel::RopeNeox,
+        Op::RmsNormRopeNeox { eps_bits } => Kernel::RmsNormRopeNeox { eps_bits: *eps_bits },
+        Op::GeluTanh => Kernel::GeluTanh,
+        Op::GatedGelu => Kernel::GatedGelu,
+        Op::Softmax => Kernel::Softmax,
+        Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
+        Op::AddRmsNorm { eps_bits } => Kernel::AddRmsNorm { eps_bits: *eps_bits },
+        Op::AttentionSeqMajor { scale_bits } => Kernel::AttentionSeqMajor { scale_bits: *scale_bits },
+        _ => return None,
+    })
 }
 
 /// The layout of a view op applied to `src`, or `None` when it cannot be expressed as a

@@ -48,6 +48,9 @@ pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, nu
     let names: Vec<&str> = disable.iter().map(String::as_str).collect();
     let mut opts = CompileOptions::disabling(&names).map_err(errors::compile)?;
     opts.numerics = parse_numerics(numerics)?;
+    // This machine's kernel profile (`tg profile`) when there is one; kernels it did not
+    // measure are estimated by its fitted fallbacks.
+    opts.cost = tg_compiler::CostSource::for_this_machine().0;
     if alignment == 0 || !alignment.is_power_of_two() {
         return Err(err(Kind::Options, format!("alignment must be a power of two, got {alignment}")).into());
     }

@@ -107,7 +107,9 @@ impl PyGemma3 {
         let m = py.detach(move || {
             guard(|| {
                 let mut m = Gemma3::load(&p, threads).map_err(load_error)?;
-                m.set_compile_options(CompileOptions { numerics, ..Default::default() });
+                // The planner uses this machine's kernel profile (`tg profile`) when there is one.
+                let (cost, _) = tg_compiler::CostSource::for_this_machine();
+                m.set_compile_options(CompileOptions { numerics, cost, ..Default::default() });
                 Ok(m)
             })
         })?;
@@ -197,7 +199,18 @@ impl PyGemma3 {
     /// `stream=True` a `TokenStream` that yields each `Token` as it is produced.
     #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0, add_bos=true, stream=false))]
     #[allow(clippy::too_many_arguments)]
-    fn generate<'py>(&self, py: Python<'py>, prompt: Prompt, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64, add_bos: bool, stream: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn generate<'py>(
+        &self,
+        py: Python<'py>,
+        prompt: Prompt,
+        max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+        add_bos: bool,
+        stream: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.encode(prompt, add_bos)?;
         let params = SamplingParams { temperature, top_k, top_p, seed };
         if stream {
@@ -432,7 +445,8 @@ impl PyEmbeddingGemma {
     fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize) -> PyResult<Self> {
         let path = resolve(path, "TG_EMBED_MODEL", DEFAULT_EMBEDDING_MODEL, true, "fetch_embedding_model.py")?;
         let p: PathBuf = path.clone();
-        let m = py.detach(move || guard(|| EmbeddingGemma::load(Path::new(&p), threads).map_err(load_error)))?;
+        let mut m = py.detach(move || guard(|| EmbeddingGemma::load(Path::new(&p), threads).map_err(load_error)))?;
+        m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, ..Default::default() });
         let config = json_value(&m.config)?;
         Ok(PyEmbeddingGemma {
             output_dim: m.config.output_dim(),

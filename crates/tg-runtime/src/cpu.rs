@@ -250,6 +250,10 @@ impl Device for CpuDevice {
         DeviceKind::Cpu
     }
 
+    fn threads(&self) -> usize {
+        CpuDevice::threads(self)
+    }
+
     fn supports(&self, kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
         need(out.is_contiguous() && out.offset == 0, || "output must be contiguous at offset 0".into())?;
         need(!matches!(out.dtype, DType::Quant(_)), || "outputs cannot be quantized".into())?;

@@ -22,6 +22,12 @@ pub trait Device: Send + Sync {
     /// Device family.
     fn kind(&self) -> DeviceKind;
 
+    /// Worker threads a kernel launch uses (kernel times depend on it; cost profiles are
+    /// keyed by it). 1 unless the device says otherwise.
+    fn threads(&self) -> usize {
+        1
+    }
+
     /// `Ok(())` if this device can run `kernel` reading `inputs` and writing `output`,
     /// otherwise the reason (used by the compiler when choosing kernels and by the plan
     /// validator).

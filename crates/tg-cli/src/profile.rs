@@ -1,0 +1,148 @@
+//! `tg profile`: measure on this machine the kernels that planning a model asks about, and
+//! store them in the profile the planner reads by default (see `docs/profile.md`).
+//!
+//! The keys are collected by planning the model for each sequence length and thread count
+//! (every e-node the extraction costs, chosen or not, and every step of the finished plans).
+//! Each key is benchmarked once; the profile file is written after every measurement, so an
+//! interrupted run (Ctrl-C) keeps what it measured and the next run resumes from there.
+
+use clap::Args;
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tg_compiler::{CompileOptions, CostSource, Numerics};
+use tg_models::{Gemma3, Logits};
+use tg_profile::{BenchOptions, CpuDevices, Fingerprint, Profile, Profiler, RooflineOptions};
+
+/// Arguments of `tg profile`.
+#[derive(Args)]
+pub(crate) struct ProfileArgs {
+    /// GGUF model (default model if omitted).
+    #[arg(short, long)]
+    model: Option<PathBuf>,
+    /// Sequence lengths to plan for (comma-separated).
+    #[arg(short, long, value_delimiter = ',', default_values_t = vec![1usize, 5, 6, 128])]
+    seq: Vec<usize>,
+    /// Thread counts to measure (comma-separated; 0 = all cores).
+    #[arg(short, long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
+    threads: Vec<usize>,
+    /// Quantized-matmul arithmetic to plan for (`exact`, `q8`, or `both`).
+    #[arg(long, default_value = "both")]
+    numerics: String,
+    /// Profile file (default: this machine's file under the cache directory).
+    #[arg(short, long)]
+    out: Option<PathBuf>,
+    /// Short benchmarks (few repetitions, warm caches): for trying the tool, not for planning.
+    #[arg(long)]
+    quick: bool,
+    /// Only list the keys planning asks about (measured or not), without measuring.
+    #[arg(long)]
+    list: bool,
+}
+
+pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
+    let t0 = Instant::now();
+    let fp = Fingerprint::current();
+    let path = a.out.clone().unwrap_or_else(|| tg_profile::default_path(&fp));
+    let profile = match Profile::load_or_new(&path, &fp) {
+        Ok(p) => p,
+        // A stale file at an explicit path is never overwritten: the user's data stays.
+        Err(e) => return Err(format!("{e} (remove it or give another --out)")),
+    };
+    let resumed = profile.len();
+    let numerics: Vec<Numerics> = match a.numerics.as_str() {
+        "exact" => vec![Numerics::Exact],
+        "q8" => vec![Numerics::Q8Activations],
+        "both" => vec![Numerics::Exact, Numerics::Q8Activations],
+        other => return Err(format!("--numerics: expected exact, q8 or both, got '{other}'")),
+    };
+    if a.seq.is_empty() || a.seq.contains(&0) {
+        return Err("--seq: give positive sequence lengths".into());
+    }
+
+    // 1. What planning asks about.
+    let model_path = crate::model_path::resolve(a.model.clone())?;
+    let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
+    let shared = Arc::new(profile);
+    let mut keys = Vec::new();
+    for &t in &a.threads {
+        let dev: Arc<dyn tg_runtime::Device> = Arc::new(tg_runtime::CpuDevice::new(t)?);
+        for &nm in &numerics {
+            for &s in &a.seq {
+                let g = m.graph(s, Logits::Last).map_err(|e| e.to_string())?;
+                let opts = CompileOptions { numerics: nm, cost: CostSource::Profile(shared.clone()), ..Default::default() };
+                keys.extend(tg_compiler::planning_keys(&g, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    keys.retain(|k| seen.insert(k.clone().normalized()));
+    let profile = Arc::try_unwrap(shared).unwrap_or_else(|p| (*p).clone());
+    let todo = keys.iter().filter(|k| !profile.contains(k)).count();
+    eprintln!(
+        "profile {} ({}): {} kernel keys for seq {:?} x threads {:?} x numerics {}; {} measured already, {} to measure [{:.1} s to collect]",
+        path.display(),
+        fp.id(),
+        keys.len(),
+        a.seq,
+        a.threads,
+        a.numerics,
+        keys.len() - todo,
+        todo,
+        t0.elapsed().as_secs_f64()
+    );
+    if a.list {
+        for k in &keys {
+            println!("{} {}", if profile.contains(k) { "measured" } else { "missing " }, k.short());
+        }
+        return Ok(());
+    }
+
+    // 2. Measure, saving after every key.
+    let mut prof = Profiler::new(profile, Some(path.clone()));
+    if a.quick {
+        prof.bench_options = BenchOptions::quick();
+        prof.roofline_options = RooflineOptions::quick();
+    }
+    let t1 = Instant::now();
+    let mut err = std::io::stderr();
+    let tty = std::io::IsTerminal::is_terminal(&err);
+    let mut last_line = Instant::now();
+    let mut progress = |done: usize, total: usize, k: &tg_profile::ProfileKey| {
+        let width = 30;
+        let filled = (done * width).checked_div(total).unwrap_or(width).min(width);
+        let line = format!("[{}{}] {done}/{total} {:6.1} s  {}", "#".repeat(filled), ".".repeat(width - filled), t1.elapsed().as_secs_f64(), k.short());
+        if tty {
+            let _ = write!(err, "\r{:<120.120}", line);
+            let _ = err.flush();
+        } else if last_line.elapsed().as_secs_f64() > 5.0 || done == total {
+            let _ = writeln!(err, "{line}");
+            last_line = Instant::now();
+        }
+        ControlFlow::Continue(())
+    };
+    let report = prof.run(&keys, &mut CpuDevices::default(), &mut progress).map_err(|e| e.to_string())?;
+    if tty {
+        let _ = writeln!(err);
+    }
+    let p = prof.profile();
+    for (k, why) in &report.failed {
+        eprintln!("could not measure {}: {why}", k.short());
+    }
+    for r in p.rooflines() {
+        eprintln!("roofline {} x{}: launch {:.0} ns, {:.1} GB/s, {:.1} GFLOP/s", r.device, r.threads, r.launch_ns, r.bytes_per_ns, r.flops_per_ns);
+    }
+    println!(
+        "{}: {} kernels measured now, {} already there (resumed from {resumed}), {} rooflines, {} failed; {} keys in the profile; {:.1} s",
+        path.display(),
+        report.measured,
+        report.skipped,
+        report.rooflines,
+        report.failed.len(),
+        p.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! Kernel costs for planning: the built-in estimate, or times measured on this machine
+//! (`tg profile`, [`tg_profile::Profile`]).
+//!
+//! [`MeasuredCost`] answers the planner's question "what does this e-node cost?" by naming
+//! the kernel and operand layouts lowering would give the node (the same choice as the
+//! `lower` stage for contiguous operands) and asking the profile: the measurement of that
+//! exact key when there is one, otherwise the profile's fitted fallback. It can record every
+//! key it is asked about, which is how `tg profile` knows what to measure.
+
+use crate::lower::{broadcast_view, fused_kernel};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tg_egraph::CostModel;
+use tg_ir::{DType, Op};
+use tg_profile::{Fingerprint, Profile, ProfileError, ProfileKey};
+use tg_runtime::{Kernel, Layout};
+
+/// Where the planner's kernel times come from.
+#[derive(Debug, Clone, Default)]
+pub enum CostSource {
+    /// The built-in estimate ([`tg_egraph::KernelCost`]: launch + bytes + flops).
+    #[default]
+    Estimate,
+    /// A profile measured on this machine (fallbacks for what it lacks).
+    Profile(Arc<Profile>),
+}
+
+impl CostSource {
+    /// The profile of this machine if one exists at the default path
+    /// ([`tg_profile::default_path`]), else the estimate. `TG_PROFILE=off` forces the estimate;
+    /// `TG_PROFILE=PATH` names the file. A profile that exists but was measured under another
+    /// fingerprint (other machine, kernels or build) is not used: the second value says why,
+    /// for the caller to show.
+    pub fn for_this_machine() -> (CostSource, Option<String>) {
+        let current = Fingerprint::current();
+        let path = match std::env::var("TG_PROFILE") {
+            Ok(v) if v == "off" => return (CostSource::Estimate, None),
+            Ok(v) if !v.is_empty() => PathBuf::from(v),
+            _ => tg_profile::default_path(&current),
+        };
+        if !path.exists() {
+            // A profile of an older kernel revision or another build has another file name:
+            // say so rather than fall back silently.
+            let stale = tg_profile::stale_profiles(&tg_profile::default_dir(), &current);
+            let why = stale.first().map(|(p, diff)| format!("{} was measured under another fingerprint ({}); run `tg profile` again", p.display(), diff.join("; ")));
+            return (CostSource::Estimate, why);
+        }
+        match CostSource::load(&path, &current) {
+            Ok(s) => (s, None),
+            Err(e) => (CostSource::Estimate, Some(format!("not using the kernel profile: {e}"))),
+        }
+    }
+
+    /// The profile at `path`, checked against `current`.
+    pub fn load(path: &Path, current: &Fingerprint) -> Result<CostSource, ProfileError> {
+        Ok(CostSource::Profile(Arc::new(Profile::load(path, current)?)))
+    }
+
+    /// Short description for reports.
+    pub fn describe(&self) -> String {
+        match self {
+            CostSource::Estimate => "kernel cost estimate (no profile)".into(),
+            CostSource::Profile(p) => format!("measured profile {} ({} kernels measured)", p.fingerprint().id(), p.len()),
+        }
+    }
+}
+
+/// Nominal cost of a view (ns), as in the estimate: reshapes, expands and slices are free
+/// (a permute is costed as the copy its reader usually needs, see [`key_of`]).
+const VIEW_NS: f64 = 1.0;
+
+/// Kernel times from a measured profile, for one device and thread count.
+pub struct MeasuredCost {
+    profile: Arc<Profile>,
+    device: String,
+    threads: usize,
+    quantize_activations: bool,
+    record: Option<Mutex<Vec<ProfileKey>>>,
+}
+
+impl MeasuredCost {
+    /// Costs from `profile` for kernels on `device` with `threads` workers.
+    pub fn new(profile: Arc<Profile>, device: &str, threads: usize, quantize_activations: bool) -> MeasuredCost {
+        MeasuredCost { profile, device: device.to_string(), threads, quantize_activations, record: None }
+    }
+
+    /// Also remembers every key asked about (see [`MeasuredCost::recorded`]).
+    pub fn recording(mut self) -> MeasuredCost {
+        self.record = Some(Mutex::new(Vec::new()));
+        self
+    }
+
+    /// The distinct keys asked about so far, in first-ask order.
+    pub fn recorded(&self) -> Vec<ProfileKey> {
+        let Some(r) = &self.record else { return Vec::new() };
+        let v = r.lock().map(|v| v.clone()).unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        v.into_iter().filter(|k| seen.insert(k.clone())).collect()
+    }
+}
+
+/// A [`MeasuredCost`] lent to an extractor, so its record can be read afterwards.
+pub(crate) struct Lent<'a>(pub &'a MeasuredCost);
+
+impl CostModel for Lent<'_> {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+        self.0.node_cost(op, out, ins)
+    }
+}
+
+impl CostModel for MeasuredCost {
+    fn name(&self) -> String {
+        "measured-profile".into()
+    }
+
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+        match op {
+            Op::Input { .. } | Op::Weight { .. } => return 0.0,
+            Op::Reshape | Op::Expand | Op::Slice { .. } => return VIEW_NS,
+            _ => {}
+        }
+        let Some(key) = key_of(op, out, ins, &self.device, self.threads, self.quantize_activations) else { return VIEW_NS };
+        let ns = self.profile.predict(&key).ns;
+        if let Some(r) = &self.record {
+            if let Ok(mut v) = r.lock() {
+                v.push(key);
+            }
+        }
+        if ns.is_finite() {
+            ns.max(1.0)
+        } else {
+            f64::MAX / 1e6
+        }
+    }
+}
+
+/// The profile key of the kernel lowering gives `op` on contiguous operands of shapes and
+/// dtypes `ins`, writing `out`; `None` for ops that are not kernels (sources, views).
+pub fn key_of(op: &Op, (os, od): (&[usize], DType), ins: &[(&[usize], DType)], device: &str, threads: usize, quantize_activations: bool) -> Option<ProfileKey> {
+    let c = |(s, d): (&[usize], DType)| Layout::contiguous(s, d);
+    let out = Layout::contiguous(os, od);
+    let (kernel, inputs) = match op {
+        Op::Input { .. } | Op::Weight { .. } | Op::Reshape | Op::Expand | Op::Slice { .. } => return None,
+        // A permute is a view, but almost every reader (matmuls, fused kernels) needs it
+        // contiguous, and lowering then copies it: cost it as that copy, so that a plan with
+        // transposes is not measured as free.
+        Op::Permute { perm } => {
+            let (s, d) = *ins.first()?;
+            let src = Layout::contiguous(s, d);
+            let view = Layout { shape: perm.iter().map(|&p| src.shape[p]).collect(), strides: perm.iter().map(|&p| src.strides[p]).collect(), offset: 0, dtype: d };
+            (Kernel::Copy, vec![view])
+        }
+        Op::Constant { bits } => (Kernel::Fill { bits: *bits }, vec![]),
+        Op::Iota { axis } => (Kernel::Iota { axis: *axis }, vec![]),
+        Op::Unary(u) => (Kernel::Unary(*u), ins.iter().copied().map(c).collect()),
+        Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => {
+            let k = match op {
+                Op::Binary(b) => Kernel::Binary(*b),
+                Op::Compare(x) => Kernel::Compare(*x),
+                Op::Where => Kernel::Where,
+                _ => Kernel::Cast,
+            };
+            (k, ins.iter().map(|&i| broadcast_view(&c(i), os)).collect())
+        }
+        Op::Reduce { op, axis } => (Kernel::Reduce { op: *op, axis: *axis }, ins.iter().copied().map(c).collect()),
+        Op::MatMul { transpose_rhs } => {
+            let (a, b) = (*ins.first()?, *ins.get(1)?);
+            if matches!(b.1, DType::Quant(_)) || (*transpose_rhs && b.0.len() == 2 && a.0.len() >= 2) {
+                (Kernel::MatMulQuant { quantize_activations }, vec![c(a), c(b)])
+            } else {
+                let r = os.len();
+                let expand = |(s, d): (&[usize], DType)| {
+                    let mut e = os[..r - 2].to_vec();
+                    e.extend_from_slice(&s[s.len() - 2..]);
+                    broadcast_view(&Layout::contiguous(s, d), &e)
+                };
+                (Kernel::MatMul { transpose_rhs: *transpose_rhs }, vec![expand(a), expand(b)])
+            }
+        }
+        Op::Concat { axis } => (Kernel::Concat { axis: *axis }, ins.iter().copied().map(c).collect()),
+        Op::Gather => (Kernel::Gather, ins.iter().copied().map(c).collect()),
+        _ => (fused_kernel(op)?, ins.iter().copied().map(c).collect()),
+    };
+    Some(ProfileKey::new(kernel, inputs, out, device, threads))
+}
