@@ -180,6 +180,7 @@ pub fn key_of(op: &Op, (os, od): (&[usize], DType), ins: &[(&[usize], DType)], d
                 (Kernel::MatMul { transpose_rhs: *transpose_rhs }, vec![expand(a), expand(b)])
             }
         }
+        Op::MatMulAdd { .. } => (Kernel::MatMulQuantAdd { quantize_activations }, ins.iter().copied().map(c).collect()),
         Op::Concat { axis } => (Kernel::Concat { axis: *axis }, ins.iter().copied().map(c).collect()),
         Op::Gather => (Kernel::Gather, ins.iter().copied().map(c).collect()),
         _ => (fused_kernel(op)?, ins.iter().copied().map(c).collect()),

@@ -188,6 +188,12 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                     l.emit(i, n, Kernel::MatMul { transpose_rhs: *transpose_rhs }, vec![a2, b2], shape, n.dtype)?
                 }
             }
+            Op::MatMulAdd { .. } => {
+                // Lowered only for weight right operands (the rule checks), like the
+                // quantized matmul.
+                let ins: Vec<TensorRef> = n.inputs.iter().map(|&x| l.operand(x)).collect();
+                l.emit(i, n, Kernel::MatMulQuantAdd { quantize_activations: l.quantize_activations }, ins, shape, n.dtype)?
+            }
             Op::Reshape | Op::Permute { .. } | Op::Expand | Op::Slice { .. } => {
                 let mut src = l.operand(n.inputs[0]);
                 if !views {

@@ -192,3 +192,41 @@ fn shapes_the_kernels_refuse_are_compile_errors() {
     let e = b.push(Op::Attention { scale_bits: 1f64.to_bits() }, &[q, k, k, k], None).unwrap_err().to_string();
     assert!(e.contains("attention"), "{e}");
 }
+
+/// `matmul_add` (the matmul epilogue) through lowering, on an f32 and a Q4_K weight, with a
+/// bias row and with a residual addend; NaN-poisoned arenas, against the reference
+/// interpreter (which reads the same quantized blocks).
+#[test]
+fn matmul_add_with_bias_and_residual() {
+    use tg_quant::GgmlType;
+    for (seed, m, k, n, ty, residual) in
+        [(40u64, 1usize, 256usize, 7usize, None, false), (41, 9, 256, 33, None, true), (42, 5, 512, 64, Some(GgmlType::Q4_K), false), (43, 17, 256, 40, Some(GgmlType::Q4_K), true)]
+    {
+        let mut c = Case::new(seed);
+        let x = c.input("x", &[m, k], -1.0, 1.0);
+        let addend = if residual { c.input("c", &[m, n], -2.0, 2.0) } else { c.input("c", &[n], -2.0, 2.0) };
+        let (dtype, bytes) = match ty {
+            Some(t) => (DType::Quant(t), tg_quant::random_blocks(t, n * k, seed)),
+            None => (DType::F32, tg_ir::f32_bytes(&(0..n * k).map(|_| c.rng.gen_range(-0.5f32..0.5)).collect::<Vec<_>>())),
+        };
+        let w = c.b.weight("w", &[n, k], dtype).unwrap();
+        let y = c.b.push(Op::MatMulAdd { transpose_rhs: true }, &[x, w, addend], None).unwrap();
+        let (g, inputs) = c.finish(y);
+        let weights: HashMap<String, Vec<u8>> = HashMap::from([("w".to_string(), bytes)]);
+        let want = tg_ir::interp::eval(&g, &inputs, &weights).unwrap()["y"].data.clone();
+        for threads in [1, 2] {
+            let dev: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).unwrap());
+            let opts = CompileOptions::disabling(&["rewrite"]).unwrap();
+            let cp = compile(&g, std::slice::from_ref(&dev), &opts).unwrap();
+            assert!(cp.plan.steps.iter().any(|s| s.kernel.name() == "matmul_quant_add"), "one fused step");
+            let mut exe = Executable::new(cp.plan, vec![dev], Arc::new(weights.clone())).unwrap();
+            exe.set_poison(true);
+            let got = exe.run(&inputs).unwrap();
+            let got = got["y"].as_f32().unwrap();
+            let num: f64 = got.iter().zip(&want).map(|(&a, &b)| (a as f64 - b).powi(2)).sum();
+            let den: f64 = want.iter().map(|b| b * b).sum::<f64>().max(1e-300);
+            eprintln!("matmul_add {m}x{k}x{n} {ty:?} residual {residual} ({threads} threads): NMSE {:.2e}", num / den);
+            assert!(num / den < 1e-11, "NMSE {}", num / den);
+        }
+    }
+}

@@ -78,7 +78,9 @@ fn rewritten_plans_match_the_reference() {
 
 #[test]
 fn each_rule_family_can_be_switched_off() {
-    for fam in ["layout", "simplify", "fusion", "fusion.rmsnorm", "fusion.add-rmsnorm", "fusion.rope", "fusion.gelu", "fusion.softmax", "fusion.attention"] {
+    for fam in
+        ["layout", "simplify", "fusion", "fusion.rmsnorm", "fusion.add-rmsnorm", "fusion.matmul-epilogue", "fusion.rope", "fusion.gelu", "fusion.softmax", "fusion.attention"]
+    {
         let name = format!("rewrite:{fam}");
         let opts = CompileOptions::disabling(&[name.as_str()]).unwrap();
         assert!(opts.rewrite.disabled.contains(fam));

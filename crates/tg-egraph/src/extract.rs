@@ -75,7 +75,7 @@ impl CostModel for KernelCost {
             Op::Unary(u) => kernel(n * if matches!(u, UnaryOp::Neg | UnaryOp::Abs) { 1.0 } else { 10.0 }),
             Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => kernel(n),
             Op::Reduce { .. } => kernel(ins.first().map_or(n, |(s, _)| numel(s))),
-            Op::MatMul { .. } => {
+            Op::MatMul { .. } | Op::MatMulAdd { .. } => {
                 let k = ins.first().and_then(|(s, _)| s.last()).copied().unwrap_or(1) as f64;
                 kernel(2.0 * n * k)
             }

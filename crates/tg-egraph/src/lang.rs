@@ -80,6 +80,7 @@ fn variant(op: &Op) -> u8 {
         Op::RmsNormRopeNeox { .. } => 23,
         Op::AddRmsNorm { .. } => 24,
         Op::AttentionSeqMajor { .. } => 25,
+        Op::MatMulAdd { .. } => 26,
     }
 }
 
@@ -107,7 +108,7 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
             (None, v(&[a as u64, b as u64]))
         }
         Op::Reduce { op, axis } => (None, v(&[*op as u64, *axis as u64])),
-        Op::MatMul { transpose_rhs } => (None, v(&[*transpose_rhs as u64])),
+        Op::MatMul { transpose_rhs } | Op::MatMulAdd { transpose_rhs } => (None, v(&[*transpose_rhs as u64])),
         Op::Permute { perm } => (None, perm.iter().map(|&p| p as u64).collect()),
         Op::Slice { axis, start, end } => (None, v(&[*axis as u64, *start as u64, *end as u64])),
         Op::Concat { axis } => (None, v(&[*axis as u64])),

@@ -235,3 +235,23 @@ fn add_rmsnorm_fuses_with_the_sum_read_twice() {
     assert_eq!(fused, 1, "one add_rms_norm: {out:?}");
     assert_eq!(adds, 1, "only the second add remains: the sum is read from the fused kernel, not recomputed");
 }
+
+#[test]
+fn matmul_add_needs_a_weight_and_a_row_or_residual_addend() {
+    // Right operand an activation (not a weight): the quantized-matmul kernel cannot take it.
+    let g = graph(&[vec![3, 4], vec![5, 4], vec![5]], &|b, x| {
+        let p = b.matmul(x[0], x[1], true)?;
+        Ok(vec![b.add(p, x[2])?])
+    });
+    assert_no_fusion("matmul of two activations + bias", &g, |o| matches!(o, Op::MatMulAdd { .. }));
+    // A column addend [m, 1] broadcast along n: neither a bias row nor a residual.
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[3, 4], DType::F32).unwrap();
+    let c = b.input("c", &[3, 1], DType::F32).unwrap();
+    let w = b.weight("w", &[5, 4], DType::F32).unwrap();
+    let p = b.matmul(x, w, true).unwrap();
+    let y = b.add(p, c).unwrap();
+    b.output("y", y).unwrap();
+    let g = b.finish().unwrap();
+    assert_no_fusion("matmul + column addend", &g, |o| matches!(o, Op::MatMulAdd { .. }));
+}

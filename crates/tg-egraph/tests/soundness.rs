@@ -465,6 +465,28 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 },
             )
         }),
+        ("fuse-matmul-add", |rng| {
+            // x [.., m, k] · W[n, k]ᵀ + c, c a bias row [n] or a residual [.., m, n].
+            let (m, k, n) = (rng.gen_range(1..6), rng.gen_range(1..7), rng.gen_range(1..6));
+            let batch = rng.gen_bool(0.3);
+            let xs = if batch { vec![2, m, k] } else { vec![m, k] };
+            let out = if batch { vec![2, m, n] } else { vec![m, n] };
+            let cs = if rng.gen_bool(0.5) { vec![n] } else { out };
+            let swap = rng.gen_bool(0.5);
+            case(
+                &[xs, cs],
+                &[vec![n, k]],
+                &move |b, x, w| {
+                    let p = b.matmul(x[0], w[0], true)?;
+                    if swap {
+                        b.add(x[1], p)
+                    } else {
+                        b.add(p, x[1])
+                    }
+                },
+                &|b, x, w| p::fused(b, Op::MatMulAdd { transpose_rhs: true }, &[x[0], w[0], x[1]]),
+            )
+        }),
         ("fuse-gelu-tanh", |rng| {
             let s = dims(rng, 2, 9);
             let swap = rng.gen_bool(0.5);

@@ -154,7 +154,7 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
             out(data)
         }
-        Op::MatMul { transpose_rhs } => {
+        Op::MatMul { transpose_rhs } | Op::MatMulAdd { transpose_rhs } => {
             let a = dense(0)?;
             let (m, k) = (a.shape[a.shape.len() - 2], a.shape[a.shape.len() - 1]);
             let nn = n.shape[n.shape.len() - 1];
@@ -195,6 +195,11 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
                         }
                     }
                 }
+            }
+            if matches!(n.op, Op::MatMulAdd { .. }) {
+                // The epilogue: + c, broadcast to the product.
+                let c = broadcast_to(&dense(2)?, &n.shape);
+                data.iter_mut().zip(&c).for_each(|(d, c)| *d += c);
             }
             out(data)
         }

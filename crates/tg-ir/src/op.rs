@@ -237,6 +237,13 @@ pub enum Op {
         /// `f64::to_bits` of the score scale.
         scale_bits: u64,
     },
+    /// Matmul with an add epilogue: `matmul(a, b) + c`, `c` broadcast to the product (a bias
+    /// row `[n]` or a residual of the product's shape). Inputs `[a, b, c]`; `a`, `b` as for
+    /// [`Op::MatMul`].
+    MatMulAdd {
+        /// The right operand is stored `[n, k]`.
+        transpose_rhs: bool,
+    },
     /// Residual add fused with RMSNorm, with both results: `concat([s, rms_norm_ε(s, w)], 0)`
     /// with `s = a + b`, each part given a leading axis of 1. Inputs `[a, b, w]`: `a` and `b`
     /// of one shape `[.., n]`, `w` as for [`Op::RmsNorm`]. Output `[2, ..a.shape]`: index 0
@@ -284,12 +291,25 @@ impl Op {
             Op::Attention { .. } => "attention".into(),
             Op::AddRmsNorm { .. } => "add_rms_norm".into(),
             Op::AttentionSeqMajor { .. } => "attention_seq_major".into(),
+            Op::MatMulAdd { .. } => "matmul_add".into(),
         }
     }
 
     /// True for the fused ops (rewrite targets, never built by model definitions).
     pub fn is_fused(&self) -> bool {
-        matches!(self, Op::RmsNorm { .. } | Op::RopeNeox | Op::RmsNormRopeNeox { .. } | Op::GeluTanh | Op::GatedGelu | Op::Softmax | Op::Attention { .. } | Op::AddRmsNorm { .. } | Op::AttentionSeqMajor { .. })
+        matches!(
+            self,
+            Op::RmsNorm { .. }
+                | Op::RopeNeox
+                | Op::RmsNormRopeNeox { .. }
+                | Op::GeluTanh
+                | Op::GatedGelu
+                | Op::Softmax
+                | Op::Attention { .. }
+                | Op::AddRmsNorm { .. }
+                | Op::AttentionSeqMajor { .. }
+                | Op::MatMulAdd { .. }
+        )
     }
 
     /// True for ops with no inputs whose value comes from outside or from attributes.

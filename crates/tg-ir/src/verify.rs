@@ -322,6 +322,17 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             s.extend([sq, dv]);
             Ok((s, DType::F32))
         }
+        Op::MatMulAdd { transpose_rhs } => {
+            arity(op, ins, 3)?;
+            let (s, d) = infer_shape(&Op::MatMul { transpose_rhs: *transpose_rhs }, &ins[..2], None).map_err(|e| retag(e, op))?;
+            if ins[2].1 != DType::F32 {
+                return Err(dtype_err(op, format!("the addend must be f32, got {}", ins[2].1)));
+            }
+            if broadcast_shapes(&s, ins[2].0).as_deref() != Some(&s[..]) {
+                return Err(shape_err(op, format!("addend {:?} does not broadcast to the product {s:?}", ins[2].0)));
+            }
+            Ok((s, d))
+        }
         Op::AttentionSeqMajor { scale_bits } => {
             arity(op, ins, 4)?;
             let q = ins[0].0;

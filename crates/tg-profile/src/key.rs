@@ -75,7 +75,7 @@ impl ProfileKey {
     pub fn family(&self) -> String {
         let mut f = self.kernel.name();
         match &self.kernel {
-            Kernel::MatMulQuant { .. } | Kernel::Gather => {
+            Kernel::MatMulQuant { .. } | Kernel::MatMulQuantAdd { .. } | Kernel::Gather => {
                 let w = if matches!(self.kernel, Kernel::Gather) { self.inputs.first() } else { self.inputs.get(1) };
                 if let Some(w) = w {
                     f = format!("{f}:{}", dtype_name(w.dtype));
@@ -170,6 +170,7 @@ pub fn work(key: &ProfileKey) -> Work {
         Kernel::MatMul { .. } => 2.0 * n * dim(0, 1),
         // out = [.., n] with m rows, k = the weight's row length.
         Kernel::MatMulQuant { .. } => 2.0 * n * dim(1, 1),
+        Kernel::MatMulQuantAdd { .. } => 2.0 * n * dim(1, 1) + n,
         Kernel::Gather => {
             // Only the selected rows of the table are read.
             if let (Some(t), Some(ids)) = (ins.first(), ins.get(1)) {

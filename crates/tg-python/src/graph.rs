@@ -312,6 +312,7 @@ impl GraphCore {
             "softmax" => Op::Softmax,
             "attention" => Op::Attention { scale_bits: need("a scale")?.to_bits() },
             "add_rms_norm" => Op::AddRmsNorm { eps_bits: need("an epsilon")?.to_bits() },
+            "matmul_add" => Op::MatMulAdd { transpose_rhs: need("transpose_rhs (0 or 1)")? != 0.0 },
             "attention_seq_major" => Op::AttentionSeqMajor { scale_bits: need("a scale")?.to_bits() },
             _ => return Err(err(Kind::Graph, format!("unknown fused op '{name}'")).into()),
         };

@@ -60,6 +60,17 @@ def test_add_rms_norm(rng):
     check(out["y"], ref["y"], np.stack([s, s / np.sqrt((s**2).mean(-1, keepdims=True) + eps) * w]))
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_matmul_add(residual, rng):
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    w = rng.standard_normal((24, 64)).astype(np.float32)
+    c = rng.standard_normal((5, 24) if residual else (24,)).astype(np.float32)
+    g = tg.Graph()
+    g.output("y", fused.matmul_add(g.input("x", x.shape), g.constant(w), g.input("c", c.shape)))
+    out, ref = run_both(g, {"x": x, "c": c})
+    check(out["y"], ref["y"], x.astype(np.float64) @ w.astype(np.float64).T + c)
+
+
 def test_rope_neox(rng):
     x = rng.standard_normal((4, 2, 16)).astype(np.float32)  # [seq, heads, d]
     pos = np.arange(4, dtype=np.float64)[:, None, None]

@@ -317,6 +317,16 @@ impl Device for CpuDevice {
                 }
                 need(s == out.shape, || format!("matmul_quant output {:?} != {:?}", out.shape, s))
             }
+            Kernel::MatMulQuantAdd { quantize_activations } => {
+                arity(3)?;
+                self.supports(&Kernel::MatMulQuant { quantize_activations: *quantize_activations }, &ins[..2], out)?;
+                let c = &ins[2];
+                let n = *out.shape.last().unwrap_or(&0);
+                let row = c.numel() == n && c.shape.last() == Some(&n);
+                need(c.dtype == DType::F32 && c.is_contiguous() && (row || c.shape == out.shape), || {
+                    "matmul_quant_add: the addend must be a contiguous f32 row of n or the output's shape".into()
+                })
+            }
             Kernel::Copy => {
                 arity(1)?;
                 same_shape(ins, out)?;
@@ -630,6 +640,27 @@ impl Device for CpuDevice {
                     tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
                 } else {
                     tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                }
+            }
+            Kernel::MatMulQuantAdd { quantize_activations } => {
+                let (la, lw) = (ins[0].1, ins[1].1);
+                let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
+                let (k, n) = (lw.shape[1], lw.shape[0]);
+                let m = la.numel() / k.max(1);
+                let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
+                let c = f32_in(ins, 2)?;
+                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                // One product over all rows (splitting rows would stream the weights once per
+                // split), then the addend over the output, which the product just wrote.
+                if *quantize_activations {
+                    tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                } else {
+                    tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+                }
+                if c.len() == n {
+                    o.chunks_mut(n.max(1)).for_each(|row| row.iter_mut().zip(c).for_each(|(o, c)| *o += c));
+                } else {
+                    o.iter_mut().zip(c).for_each(|(o, c)| *o += c);
                 }
             }
             Kernel::Concat { axis } => {

@@ -116,6 +116,14 @@ pub enum Kernel {
         /// backend does) and use integer dot products; `false` keeps f32 activations.
         quantize_activations: bool,
     },
+    /// [`Kernel::MatMulQuant`] with an add epilogue: inputs `[x, W, c]`, output `x · Wᵀ + c`
+    /// with `c` contiguous f32, either one row of `n` (a bias, added to every row) or the
+    /// output's shape (a residual). One step: the product, then the addend over the output
+    /// it just wrote (no second launch, no separate buffer for the product).
+    MatMulQuantAdd {
+        /// As for [`Kernel::MatMulQuant`].
+        quantize_activations: bool,
+    },
     /// Materialise a strided view contiguously.
     Copy,
     /// Concatenate contiguous operands along `axis`.
@@ -194,6 +202,7 @@ impl Kernel {
             Kernel::Attention { .. } => "attention".into(),
             Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major".into(),
+            Kernel::MatMulQuantAdd { .. } => "matmul_quant_add".into(),
         }
     }
 }

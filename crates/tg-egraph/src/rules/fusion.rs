@@ -20,6 +20,13 @@ pub(super) fn rules() -> Vec<Rule> {
             fuse_add_rmsnorm,
             apply_add_rmsnorm,
         ),
+        rule(
+            "fuse-matmul-add",
+            "fusion.matmul-epilogue",
+            "matmul(x, Wᵀ) + c = matmul_add(x, Wᵀ, c) for a weight W and c a bias row or a residual",
+            fuse_matmul_add,
+            |eg, _, &(a, b, c, t)| add_op(eg, Op::MatMulAdd { transpose_rhs: t }, &[a, b, c]),
+        ),
         rule("fuse-gelu-tanh", "fusion.gelu", "0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) = gelu_tanh(x)", fuse_gelu, |eg, _, &x| add_op(eg, Op::GeluTanh, &[x])),
         rule("fuse-gated-gelu", "fusion.gelu", "gelu_tanh(g)·u = gated_gelu(g, u)", fuse_gated_gelu, |eg, _, &(g, u)| add_op(eg, Op::GatedGelu, &[g, u])),
         rule("fuse-softmax", "fusion.softmax", "exp(x − max(x, last)) / sum(exp(x − max(x, last)), last) = softmax(x)", fuse_softmax, |eg, _, &x| {
@@ -68,6 +75,8 @@ pub(super) fn rules() -> Vec<Rule> {
 /// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
 ///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
 ///   broadcasts to the scores);
+/// - `MatMulAdd`: a rank-2 right operand used transposed (`[n, k]`, the weight form), the
+///   addend one row of `n` or the product's shape;
 /// - `AttentionSeqMajor`: as `Attention` with `q` given `[sq, n_kv, g, d]`;
 /// - `AddRmsNorm`: the two summands of one shape, the weight as for `RmsNorm`;
 /// - `GatedGelu`: gate and up of one shape; `GeluTanh`, `Softmax` (rank ≥ 1): any shape.
@@ -92,6 +101,15 @@ pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
             **k == [nkv, 1, sk, d] && **v == [nkv, 1, sk, d] && numel(m) == sq * sk && m.last() == Some(&sk) && broadcast_shapes(&scores, m).as_deref() == Some(&scores[..])
         }
         (Op::AttentionSeqMajor { scale_bits }, [q, k, v, m]) => q.len() == 4 && kernel_accepts(&Op::Attention { scale_bits: *scale_bits }, &[&[q[1], q[2], q[0], q[3]], k, v, m]),
+        (Op::MatMulAdd { transpose_rhs: true }, [a, w, c]) => {
+            // x [.., k] · W[n, k]ᵀ, c one row of n or the product's shape.
+            let (Some(&k), true) = (a.last(), w.len() == 2) else { return false };
+            let mut out = a.to_vec();
+            if let Some(l) = out.last_mut() {
+                *l = w[0];
+            }
+            w[1] == k && (numel(c) == w[0] && c.last() == Some(&w[0]) || **c == out[..])
+        }
         (Op::GatedGelu, [g, u]) => g == u,
         (Op::AddRmsNorm { .. }, [a, b, w]) => a == b && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[a, w]),
         (Op::GeluTanh, [_]) => true,
@@ -136,6 +154,29 @@ fn fuse_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, f64)> {
         for (x, eps) in rms_core(eg, a) {
             if shape(eg, x) == shape(eg, c) && f32_all(eg, &[x, w]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[shape(eg, x), shape(eg, w)]) {
                 v.push((x, w, eps));
+            }
+        }
+    }
+    v
+}
+
+/// `(a, W, c, transpose_rhs)` with class `s` holding `matmul(a, W) + c` where `W` is a
+/// weight (a stored `[n, k]` tensor used transposed: the quantized-matmul kernel's right
+/// operand) and `c` a bias row or a residual that the epilogue can add.
+fn fuse_matmul_add(eg: &TEGraph, s: Id) -> Vec<(Id, Id, Id, bool)> {
+    let mut v = Vec::new();
+    for (x, c) in binary(eg, s, BinaryOp::Add) {
+        for n in nodes_where(eg, x, |o| matches!(o, Op::MatMul { transpose_rhs: true })) {
+            let (a, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
+            let weight = nodes_where(eg, w, |o| matches!(o, Op::Weight { .. })).next().is_some();
+            let m = (a, w, c, true);
+            if weight
+                && f32_all(eg, &[a, c])
+                && shape(eg, x) == shape(eg, s)
+                && kernel_accepts(&Op::MatMulAdd { transpose_rhs: true }, &[shape(eg, a), shape(eg, w), shape(eg, c)])
+                && !v.contains(&m)
+            {
+                v.push(m);
             }
         }
     }

@@ -32,8 +32,19 @@ pub struct RuleInfo {
 
 /// Rule families. Disabling a family disables every family below it (`fusion` disables
 /// `fusion.rope`).
-pub const FAMILIES: [&str; 10] =
-    ["layout", "simplify", "fusion", "fusion.rmsnorm", "fusion.add-rmsnorm", "fusion.rope", "fusion.qknorm-rope", "fusion.gelu", "fusion.softmax", "fusion.attention"];
+pub const FAMILIES: [&str; 11] = [
+    "layout",
+    "simplify",
+    "fusion",
+    "fusion.rmsnorm",
+    "fusion.add-rmsnorm",
+    "fusion.matmul-epilogue",
+    "fusion.rope",
+    "fusion.qknorm-rope",
+    "fusion.gelu",
+    "fusion.softmax",
+    "fusion.attention",
+];
 
 /// A rule: its description and the egg rewrite that applies it.
 pub struct Rule {

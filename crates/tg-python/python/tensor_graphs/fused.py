@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._graph import Operand, Tensor, _operands
 
-__all__ = ["rms_norm", "add_rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention", "attention_seq_major"]
+__all__ = ["rms_norm", "add_rms_norm", "rope_neox", "rms_norm_rope_neox", "gelu_tanh", "gated_gelu", "softmax", "attention", "attention_seq_major", "matmul_add"]
 
 
 def _fused(name: str, xs, attr=None) -> Tensor:
@@ -67,3 +67,9 @@ def attention_seq_major(q: Tensor, k: Operand, v: Operand, mask: Operand, scale:
     and the result ``(sq, a, b, dv)``, i.e. ``attention(q.transpose(1, 2, 0, 3), k, v,
     mask, scale).transpose(2, 0, 1, 3)``."""
     return _fused("attention_seq_major", (q, k, v, mask), float(scale))
+
+
+def matmul_add(x: Tensor, w: Operand, c: Operand) -> Tensor:
+    """The matmul epilogue: ``x @ w.T + c`` for a ``(n, k)`` weight ``w`` (a graph constant),
+    ``c`` a bias row ``(n,)`` or an addend of the product's shape."""
+    return _fused("matmul_add", (x, w, c), 1.0)
