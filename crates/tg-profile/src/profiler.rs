@@ -91,10 +91,12 @@ impl Profiler {
     }
 
     /// Measures every key of `keys` not yet in the profile (duplicates and keys equal after
-    /// normalisation count once). First measures the roofline of each (device, threads) the
+    /// normalisation count once), in `bench_options.passes` interleaved passes (the pass with
+    /// the lowest median is kept). First measures the roofline of each (device, threads) the
     /// keys use and the profile lacks (about a second each with default options). Calls
-    /// `progress(done, total, key)` after each key measured or failed, where `done` counts
-    /// skipped keys too; returning `ControlFlow::Break(())` stops the session (the profile is
+    /// `progress(done, total, key)` after each key measured or failed in each pass, where
+    /// `total` is the skipped keys plus missing keys × passes and `done` starts at the
+    /// skipped keys; returning `ControlFlow::Break(())` stops the session (the profile is
     /// saved). Errors: a device that cannot be created, a failed roofline, or a failed save;
     /// a key that fails is reported in [`RunReport::failed`] and the session goes on.
     pub fn run(
@@ -121,25 +123,45 @@ impl Profiler {
             }
         }
 
-        let total = keys.len();
-        let todo: Vec<&ProfileKey> = keys.iter().filter(|k| !self.profile.contains(k)).collect();
-        report.skipped = total - todo.len();
+        // Pass 1 measures every missing key and records it; later passes (see
+        // `BenchOptions::passes`) time the keys again, in the same order, and keep for each
+        // the pass with the lowest median. The profile is saved after every change, so an
+        // interrupted session keeps every key measured at least once (a resumed session does
+        // not refine keys already in the profile).
+        let passes = self.bench_options.passes.max(1) as usize;
+        let mut todo: Vec<&ProfileKey> = keys.iter().filter(|k| !self.profile.contains(k)).collect();
+        report.skipped = keys.len() - todo.len();
+        let total = report.skipped + todo.len() * passes;
         let mut done = report.skipped;
-        for key in todo {
-            let dev = devices.device(&key.device, key.threads).map_err(|d| dev_err(key, d))?;
-            match bench(&*dev, key, &self.bench_options) {
-                Ok(m) => {
-                    self.profile.insert(key.clone(), m);
-                    self.save()?;
-                    report.measured += 1;
+        'passes: for pass in 0..passes {
+            let mut failed = HashSet::new();
+            for &key in &todo {
+                let dev = devices.device(&key.device, key.threads).map_err(|d| dev_err(key, d))?;
+                match bench(&*dev, key, &self.bench_options) {
+                    Ok(m) => {
+                        let better = self.profile.get(key).is_none_or(|old| m.median_ns < old.median_ns);
+                        if better {
+                            self.profile.insert(key.clone(), m);
+                            self.save()?;
+                        }
+                        if pass == 0 {
+                            report.measured += 1;
+                        }
+                    }
+                    // A key that fails in a later pass keeps its earlier measurement.
+                    Err(e) if pass == 0 => {
+                        report.failed.push((key.clone(), e.to_string()));
+                        failed.insert(key.clone());
+                    }
+                    Err(_) => {}
                 }
-                Err(e) => report.failed.push((key.clone(), e.to_string())),
+                done += 1;
+                if progress(done, total, key).is_break() {
+                    report.stopped = done < total;
+                    break 'passes;
+                }
             }
-            done += 1;
-            if progress(done, total, key).is_break() {
-                report.stopped = done < total;
-                break;
-            }
+            todo.retain(|k| !failed.contains(*k));
         }
         Ok(report)
     }

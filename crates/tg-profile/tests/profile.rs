@@ -477,3 +477,80 @@ fn link_fit_from_a_host_copy() {
     assert!(l.predict(1 << 20) > l.predict(1 << 10));
     assert!(measure_link(&mut copy, &[64, 64], &BenchOptions::quick()).is_err());
 }
+
+/// Sleeps in chosen launches of chosen keys (a simulated contended window) and logs the order
+/// of launches.
+struct Contended {
+    inner: CpuDevice,
+    /// Per key: the launches (counted from 0) in this range sleep 300 µs.
+    slow: HashMap<ProfileKey, std::ops::Range<usize>>,
+    seen: Mutex<Vec<ProfileKey>>,
+}
+
+impl Device for Contended {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn kind(&self) -> DeviceKind {
+        self.inner.kind()
+    }
+    fn supports(&self, k: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
+        self.inner.supports(k, ins, out)
+    }
+    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
+        self.inner.scope(f)
+    }
+    fn launch(&self, k: &Kernel, ins: &[(&[u8], &Layout)], out: (&mut [u8], &Layout)) -> Result<(), String> {
+        let pk = ProfileKey::new(k.clone(), ins.iter().map(|i| i.1.clone()).collect(), out.1.clone(), "cpu", 1);
+        let n = {
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(pk.clone());
+            seen.iter().filter(|s| **s == pk).count() - 1
+        };
+        if self.slow.get(&pk).is_some_and(|r| r.contains(&n)) {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        self.inner.launch(k, ins, out)
+    }
+}
+
+#[test]
+fn passes_interleave_keys_and_keep_the_least_contended() {
+    let a = key(Kernel::Softmax, vec![f32s(&[2, 8])], f32s(&[2, 8]), 1);
+    let b = key(Kernel::GeluTanh, vec![f32s(&[3, 16])], f32s(&[3, 16]), 1);
+    // 1 warm-up + 10 timed launches per pass; `a` is contended in pass 1, `b` in pass 2.
+    let opts = BenchOptions { warmup: 1, min_reps: 10, max_reps: 10, max_time: std::time::Duration::from_secs(5), ..BenchOptions::quick() };
+    let session = |passes: u32| {
+        let dev = Arc::new(Contended { inner: CpuDevice::new(1).unwrap(), slow: HashMap::from([(a.clone(), 0..11), (b.clone(), 11..22)]), seen: Mutex::new(Vec::new()) });
+        let mut profile = Profile::new(Fingerprint::current());
+        profile.set_roofline(roof(1));
+        let mut prof = Profiler::new(profile, None);
+        prof.bench_options = BenchOptions { passes, ..opts.clone() };
+        let d2 = dev.clone();
+        let mut source = move |_: &str, _: usize| -> Result<Arc<dyn Device>, String> { Ok(d2.clone() as Arc<dyn Device>) };
+        let mut calls = Vec::new();
+        let r = prof.run(&[a.clone(), b.clone()], &mut source, &mut |done, total, _| {
+            calls.push((done, total));
+            ControlFlow::Continue(())
+        });
+        let r = r.unwrap();
+        let seen = dev.seen.lock().unwrap().clone();
+        (r, calls, prof.into_profile(), seen)
+    };
+    // One pass: `a` is measured in its contended window.
+    let (r, calls, p, _) = session(1);
+    assert_eq!((r.measured, calls), (2, vec![(1, 2), (2, 2)]));
+    assert!(p.get(&a).unwrap().median_ns >= 300e3, "{:?}", p.get(&a));
+    // Three passes: each key is timed three times, interleaved (a b a b a b), and keeps its
+    // uncontended pass.
+    let (r, calls, p, seen) = session(3);
+    assert_eq!((r.measured, r.failed.len()), (2, 0));
+    assert_eq!(calls, (1..=6).map(|d| (d, 6)).collect::<Vec<_>>());
+    let order: Vec<&ProfileKey> = seen.chunks(11).map(|c| &c[0]).collect();
+    assert_eq!(order, vec![&a, &b, &a, &b, &a, &b]);
+    assert!(seen.chunks(11).all(|c| c.iter().all(|k| *k == c[0])), "a pass was not one key's launches back to back");
+    for k in [&a, &b] {
+        let m = p.get(k).unwrap();
+        assert!(m.median_ns < 300e3 && m.reps == 10, "{}: {m:?}", k.short());
+    }
+}
