@@ -254,3 +254,43 @@ fn restricted_search_with_any_multipliers_is_exact() {
         }
     }
 }
+
+/// A random problem of up to `max_classes` classes: mostly downward children (shared
+/// sub-expressions), some upward ones (cycles); costs multiples of 1/4, so sums are exact.
+pub(crate) fn random_problem(rng: &mut ChaCha8Rng, max_classes: usize) -> Option<Problem> {
+    let nc = rng.gen_range(3..=max_classes);
+    let mut b = EGraphBuilder::new();
+    let classes: Vec<ClassId> = (0..nc).map(|i| b.add_class(format!("c{i}"))).collect();
+    let mut k = 0;
+    for (i, &c) in classes.iter().enumerate() {
+        for _ in 0..rng.gen_range(1..=4) {
+            let arity = if i + 1 == nc { 0 } else { rng.gen_range(0..=3) };
+            let kids: Vec<ClassId> = (0..arity).map(|_| if rng.gen_bool(0.9) && i + 1 < nc { classes[rng.gen_range(i + 1..nc)] } else { classes[rng.gen_range(0..nc)] }).collect();
+            b.add_node(c, format!("n{k}"), rng.gen_range(0..=12) as f64 * 0.25, kids).unwrap();
+            k += 1;
+        }
+    }
+    for _ in 0..rng.gen_range(1..=3) {
+        b.add_root(classes[rng.gen_range(0..nc.min(4))]).unwrap();
+    }
+    Problem::from_egraph(&b.build().unwrap()).ok()
+}
+
+/// The greedy DAG extraction prices nodes the same with the bitsets of the classes below
+/// as by walking them (exact sums: costs are multiples of 1/4).
+#[test]
+fn greedy_dag_sets_match_walks() {
+    let seed = 0x9d;
+    println!("seed {seed}");
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut differs_from_tree = 0;
+    for _ in 0..2000 {
+        let Some(p) = random_problem(&mut rng, 200) else { continue };
+        let cost: Vec<f64> = if rng.gen_bool(0.5) { p.cost.clone() } else { (0..p.num_nodes()).map(|_| rng.gen_range(0..=12) as f64 * 0.25).collect() };
+        let sets = crate::greedy::greedy_dag(&p, &cost, None).unwrap();
+        assert_eq!(sets, crate::greedy::greedy_dag_walk(&p, &cost));
+        differs_from_tree += usize::from(sets != greedy_tree(&p, &cost));
+    }
+    println!("{differs_from_tree} differ from the tree extraction");
+    assert!(differs_from_tree > 100);
+}
