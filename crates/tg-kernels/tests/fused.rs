@@ -540,19 +540,24 @@ const ATTN_CASES: [(usize, usize, usize, usize, usize, Mask); 17] = [
     (1, 2, 3, 64, 8, Mask::Zero),
 ];
 
+/// Random head-major q, k, v and a mask of kind `mk`, scaled so the scores are a few units (a
+/// realistic, not flat, softmax).
+fn random_attn(r: &mut ChaCha8Rng, n_kv: usize, group: usize, sq: usize, sk: usize, hd: usize, mk: Mask) -> Attn {
+    let q = uniform(r, n_kv * group * sq * hd, -1.0, 1.0);
+    let k = uniform(r, n_kv * sk * hd, -1.0, 1.0);
+    let v = uniform(r, n_kv * sk * hd, -2.0, 2.0);
+    let mask = make_mask(r, mk, sq, sk);
+    let scale = 4.0 / (hd as f32).sqrt();
+    Attn { n_kv, group, sq, sk, hd, scale, q, k, v, mask }
+}
+
 #[test]
 fn attention_matches_reference() {
     let mut worst = Worst::default();
     for (case, &(n_kv, group, sq, sk, hd, mk)) in ATTN_CASES.iter().enumerate() {
         let what = format!("attention n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd} {mk:?}");
-        let mut r = case_rng(&what, 600 + case as u64);
-        let q = uniform(&mut r, n_kv * group * sq * hd, -1.0, 1.0);
-        let k = uniform(&mut r, n_kv * sk * hd, -1.0, 1.0);
-        let v = uniform(&mut r, n_kv * sk * hd, -2.0, 2.0);
-        let mask = make_mask(&mut r, mk, sq, sk);
-        // Scores of a few units: a realistic, not flat, softmax.
-        let scale = 4.0 / (hd as f32).sqrt();
-        let a = Attn { n_kv, group, sq, sk, hd, scale, q, k, v, mask };
+        let a = random_attn(&mut case_rng(&what, 600 + case as u64), n_kv, group, sq, sk, hd, mk);
+        let scale = a.scale;
         let (want, tol) = attention_ref(&a);
         let dead = want.iter().filter(|x| x.is_nan()).count();
         if matches!(mk, Mask::CausalDeadRows | Mask::All) {
@@ -576,13 +581,8 @@ fn attention_seq_major_matches_reference() {
     let mut worst = Worst::default();
     for (case, &(n_kv, group, sq, sk, hd, mk)) in ATTN_CASES.iter().enumerate() {
         let what = format!("attention (seq-major) n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd} {mk:?}");
-        let mut r = case_rng(&what, 650 + case as u64);
-        let q = uniform(&mut r, n_kv * group * sq * hd, -1.0, 1.0);
-        let k = uniform(&mut r, n_kv * sk * hd, -1.0, 1.0);
-        let v = uniform(&mut r, n_kv * sk * hd, -2.0, 2.0);
-        let mask = make_mask(&mut r, mk, sq, sk);
-        let scale = 4.0 / (hd as f32).sqrt();
-        let a = Attn { n_kv, group, sq, sk, hd, scale, q, k, v, mask };
+        let a = random_attn(&mut case_rng(&what, 650 + case as u64), n_kv, group, sq, sk, hd, mk);
+        let scale = a.scale;
         let (want_hm, tol_hm) = attention_ref(&a);
         // Row (kv, g, i) of the head-major layout is row (i, kv, g) of the seq-major one.
         let rows = n_kv * group * sq;

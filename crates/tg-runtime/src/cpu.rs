@@ -722,22 +722,17 @@ impl Device for CpuDevice {
                 let x = f32_in(ins, 0)?;
                 tg_kernels::softmax_rows(x, n_out / n.max(1), n, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
             }
-            Kernel::Attention { scale_bits } => {
-                let q = ins[0].1;
-                let (nkv, g, sq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
-                let sk = ins[1].1.shape[2];
-                let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
-                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                tg_kernels::attention(qv, kv, vv, mv, nkv, g, sq, sk, d, f64::from_bits(*scale_bits) as f32, o).map_err(|e| e.to_string())?;
-            }
-            Kernel::AttentionSeqMajor { scale_bits } => {
-                let q = ins[0].1;
-                let (sq, nkv, g, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+            Kernel::Attention { scale_bits } | Kernel::AttentionSeqMajor { scale_bits } => {
+                let q = &ins[0].1.shape;
+                let (layout, (nkv, g, sq, d)) = match kernel {
+                    Kernel::Attention { .. } => (tg_kernels::AttnLayout::HeadMajor, (q[0], q[1], q[2], q[3])),
+                    _ => (tg_kernels::AttnLayout::SeqMajor, (q[1], q[2], q[0], q[3])),
+                };
                 let sk = ins[1].1.shape[2];
                 let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
                 let scale = f64::from_bits(*scale_bits) as f32;
-                tg_kernels::attention_layout_with(tg_kernels::isa(), tg_kernels::AttnLayout::SeqMajor, qv, kv, vv, mv, nkv, g, sq, sk, d, scale, o).map_err(|e| e.to_string())?;
+                tg_kernels::attention_layout_with(tg_kernels::isa(), layout, qv, kv, vv, mv, nkv, g, sq, sk, d, scale, o).map_err(|e| e.to_string())?;
             }
         }
         Ok(())
