@@ -23,6 +23,7 @@
 pub mod cost;
 mod lower;
 mod memory;
+pub mod store;
 mod rewrite;
 pub mod validate;
 
@@ -36,6 +37,7 @@ use thiserror::Error;
 pub use tg_egraph::{RewriteOptions, RewriteReport};
 
 pub use cost::{CostSource, MeasuredCost};
+pub use store::{compile_cached, CacheOutcome, PlanStore};
 pub use validate::validate;
 
 /// Errors from compilation.
@@ -131,7 +133,7 @@ impl CompileOptions {
 }
 
 /// What one stage did.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct StageReport {
     /// Stage name.
     pub name: String,
@@ -154,6 +156,8 @@ pub struct CompileReport {
     pub cost_source: String,
     /// The plan's run time predicted step by step from the profile (with a profile only).
     pub prediction: Option<PlanPrediction>,
+    /// Where the plan came from or went in the plan store ([`compile_cached`]).
+    pub cache: Option<String>,
 }
 
 /// A plan's run time as the profile predicts it.
@@ -184,6 +188,9 @@ impl std::fmt::Display for CompileReport {
             }
         }
         writeln!(f, "  costs: {}", self.cost_source)?;
+        if let Some(c) = &self.cache {
+            writeln!(f, "  plan cache: {c}")?;
+        }
         if let Some(p) = &self.prediction {
             writeln!(
                 f,

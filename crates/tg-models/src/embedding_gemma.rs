@@ -520,6 +520,13 @@ impl EmbeddingGemma {
         self.plans.set_options(o);
     }
 
+    /// Where compiled plans are kept across processes: by default `plans/` in the cache
+    /// directory ([`tg_compiler::PlanStore::default_store`]; `TG_PLAN_CACHE=off` disables
+    /// it); `None` compiles every plan in this process.
+    pub fn set_plan_store(&mut self, store: Option<tg_compiler::PlanStore>) {
+        self.plans.set_store(store);
+    }
+
     /// The report of the most recent compilation.
     pub fn last_report(&self) -> Option<&CompileReport> {
         self.plans.last_report()

@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
-use tg_compiler::{compile, CompileOptions, CompileReport};
+use tg_compiler::{compile_cached, CompileOptions, CompileReport, PlanStore};
 use tg_ir::{Graph, WeightStore};
 use tg_runtime::{Device, Executable};
 
@@ -18,11 +18,17 @@ pub(crate) struct PlanCache<K> {
     options: CompileOptions,
     last_report: Option<CompileReport>,
     profiling: bool,
+    store: Option<PlanStore>,
 }
 
 impl<K: Hash + Eq> PlanCache<K> {
     pub(crate) fn new(device: Arc<dyn Device>) -> Self {
-        PlanCache { device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false }
+        PlanCache { device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false, store: PlanStore::default_store() }
+    }
+
+    /// Where compiled plans are also kept across processes (`None`: compile every plan).
+    pub(crate) fn set_store(&mut self, store: Option<PlanStore>) {
+        self.store = store;
     }
 
     /// New options apply to plans compiled from now on: the cache is cleared.
@@ -53,7 +59,7 @@ impl<K: Hash + Eq> PlanCache<K> {
         match self.plans.entry(key) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => {
-                let compiled = compile(&graph()?, std::slice::from_ref(&self.device), &self.options)?;
+                let (compiled, _) = compile_cached(&graph()?, std::slice::from_ref(&self.device), &self.options, self.store.as_ref())?;
                 self.last_report = Some(compiled.report);
                 let mut exe = Executable::new(compiled.plan, vec![self.device.clone()], weights)?;
                 exe.set_profiling(self.profiling);

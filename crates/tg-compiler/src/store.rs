@@ -1,0 +1,169 @@
+//! Compiled plans on disk: [`compile_cached`] returns a plan compiled earlier for exactly
+//! the same request when one is stored, and compiles and stores it otherwise.
+//!
+//! An entry is keyed by a hash of everything that changes the plan: the graph (its ops,
+//! shapes, dtypes and weight names), every compile option, the kernel times the planner used
+//! (the profile's fingerprint and contents, or the estimate), the devices and their thread
+//! counts, and the build (a hash of the workspace's sources, so other compiler or kernel code
+//! never loads it). The file stores the full key's digest as well, and a loaded plan must
+//! pass the plan validator on the caller's devices; an entry that does not match, does not
+//! parse or does not validate is ignored and recompiled, never used.
+
+use crate::{compile, validate, CompileError, CompileOptions, CompileReport, Compiled, CostSource, Numerics, StageReport};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tg_ir::Graph;
+use tg_runtime::{Device, Plan};
+
+/// Version of the entry format.
+const FORMAT: u32 = 1;
+
+/// Where compiled plans are stored.
+#[derive(Debug, Clone)]
+pub struct PlanStore {
+    dir: PathBuf,
+}
+
+impl PlanStore {
+    /// A store in `dir` (created on first write).
+    pub fn new(dir: impl Into<PathBuf>) -> PlanStore {
+        PlanStore { dir: dir.into() }
+    }
+
+    /// The default store, `plans/` under the cache directory (`$TG_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/tensor-graphs`, else `~/.cache/tensor-graphs`); `None` when
+    /// `TG_PLAN_CACHE=off` or no cache directory can be named.
+    pub fn default_store() -> Option<PlanStore> {
+        if std::env::var("TG_PLAN_CACHE").is_ok_and(|v| v == "off") {
+            return None;
+        }
+        let root = match (std::env::var_os("TG_CACHE_DIR"), std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")) {
+            (Some(d), _, _) => PathBuf::from(d),
+            (None, Some(x), _) => PathBuf::from(x).join("tensor-graphs"),
+            (None, None, Some(h)) => PathBuf::from(h).join(".cache").join("tensor-graphs"),
+            _ => return None,
+        };
+        Some(PlanStore::new(root.join("plans")))
+    }
+
+    /// The directory of the store.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// What is stored per entry.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Entry {
+    format: u32,
+    /// Second, independent digest of the key (guards against a collision of the file name).
+    check: String,
+    plan: Plan,
+    /// The compile report's stages at the time of compiling.
+    stages: Vec<StageReport>,
+}
+
+fn fnv(seed: u64, bytes: &[u8]) -> u64 {
+    let mut h = seed;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// The kernel-time source as key material: the profile's fingerprint and a digest of its
+/// measurements, rooflines and links (it changes whenever `tg profile` adds or remeasures).
+fn cost_key(c: &CostSource) -> String {
+    match c {
+        CostSource::Estimate => "estimate".into(),
+        CostSource::Profile(p) => {
+            let mut h = 0xcbf2_9ce4_8422_2325u64;
+            for (k, m) in p.entries() {
+                h = fnv(h, k.short().as_bytes());
+                h = fnv(h, &m.median_ns.to_bits().to_le_bytes());
+            }
+            for r in p.rooflines() {
+                h = fnv(h, format!("{}/{}/{}/{}/{}", r.device, r.threads, r.launch_ns, r.bytes_per_ns, r.flops_per_ns).as_bytes());
+            }
+            format!("profile {} {} {h:016x}", p.fingerprint().id(), p.len())
+        }
+    }
+}
+
+/// Everything that changes the plan, as one string.
+fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> String {
+    let r = &opts.rewrite;
+    let meta = serde_json::json!({
+        "format": FORMAT,
+        "build": env!("TG_SOURCE_HASH"),
+        "version": env!("CARGO_PKG_VERSION"),
+        "kernels_revision": tg_profile::KERNELS_REVISION,
+        "disabled": opts.disabled,
+        "alignment": opts.alignment,
+        "numerics": match opts.numerics { Numerics::Exact => "exact", Numerics::Q8Activations => "q8" },
+        "rewrite": [format!("{:?}", r.disabled), r.iter_limit.to_string(), r.node_limit.to_string(), r.time_limit.as_millis().to_string(), r.match_limit.to_string(), r.ban_length.to_string()],
+        "cost": cost_key(&opts.cost),
+        "devices": devices.iter().map(|d| format!("{}/{}", d.name(), d.threads())).collect::<Vec<_>>(),
+    });
+    let g = serde_json::to_string(graph).unwrap_or_default();
+    format!("{meta}\n{g}")
+}
+
+/// How [`compile_cached`] got its plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the store.
+    Hit,
+    /// Compiled and stored.
+    Stored,
+    /// Compiled; storing failed (the reason is in the report), or there is no store.
+    Compiled,
+}
+
+/// [`compile`], through `store`: a stored plan for exactly this request is loaded (and
+/// validated on `devices`) instead of compiled; otherwise the plan is compiled and written
+/// to the store (atomically; a failed write only costs the next run a compile).
+pub fn compile_cached(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions, store: Option<&PlanStore>) -> Result<(Compiled, CacheOutcome), CompileError> {
+    let Some(store) = store else { return Ok((compile(graph, devices, opts)?, CacheOutcome::Compiled)) };
+    let t = Instant::now();
+    let material = key_material(graph, devices, opts);
+    let name = format!("{:016x}", fnv(0xcbf2_9ce4_8422_2325, material.as_bytes()));
+    let check = format!("{:016x}", fnv(0x84222325_cbf29ce4, material.as_bytes()));
+    let path = store.dir.join(format!("{name}.json"));
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        if let Ok(e) = serde_json::from_str::<Entry>(&text) {
+            if e.format == FORMAT && e.check == check && validate(&e.plan, devices).is_ok() {
+                let cache = format!(
+                    "loaded {} ({} steps) in {:.1} ms; the stages above are from when it was compiled",
+                    path.display(),
+                    e.plan.steps.len(),
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                let report = CompileReport { stages: e.stages, cost_source: opts.cost.describe(), cache: Some(cache), ..Default::default() };
+                return Ok((Compiled { plan: e.plan, report }, CacheOutcome::Hit));
+            }
+        }
+    }
+    let mut c = compile(graph, devices, opts)?;
+    let entry = Entry { format: FORMAT, check, plan: c.plan.clone(), stages: c.report.stages.clone() };
+    let outcome = match write_atomic(&store.dir, &path, &entry) {
+        Ok(()) => {
+            c.report.cache = Some(format!("stored as {}", path.display()));
+            CacheOutcome::Stored
+        }
+        Err(e) => {
+            c.report.cache = Some(format!("not stored in {}: {e}", store.dir.display()));
+            CacheOutcome::Compiled
+        }
+    };
+    Ok((c, outcome))
+}
+
+fn write_atomic(dir: &Path, path: &Path, e: &Entry) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec(e).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, path)
+}
