@@ -163,7 +163,10 @@ pub fn compile_cached(graph: &Graph, devices: &[Arc<dyn Device>], opts: &Compile
 
 fn write_atomic(dir: &Path, path: &Path, e: &Entry) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per process and per call: concurrent writers of one key never share a file.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
     std::fs::write(&tmp, serde_json::to_vec(e).map_err(std::io::Error::other)?)?;
     std::fs::rename(&tmp, path)
 }
