@@ -4,8 +4,9 @@
 //! [`MeasuredCost`] answers the planner's question "what does this e-node cost?" by naming
 //! the kernel and operand layouts lowering would give the node (the same choice as the
 //! `lower` stage for contiguous operands) and asking the profile: the measurement of that
-//! exact key when there is one, otherwise the profile's fitted fallback. It can record every
-//! key it is asked about, which is how `tg profile` knows what to measure.
+//! exact key when there is one, otherwise the profile's fitted fallback. `planning_keys`
+//! wraps whichever model the compile uses to record every key it is asked about, which is
+//! how `tg profile` knows what to measure.
 
 use crate::lower::{broadcast_view, fused_kernel};
 use std::path::{Path, PathBuf};
@@ -96,32 +97,41 @@ pub struct MeasuredCost {
     device: String,
     threads: usize,
     quantize_activations: bool,
-    record: Option<Mutex<Vec<ProfileKey>>>,
 }
 
 impl MeasuredCost {
     /// Costs from `profile` for kernels on `device` with `threads` workers.
     pub fn new(profile: Arc<Profile>, device: &str, threads: usize, quantize_activations: bool) -> MeasuredCost {
-        MeasuredCost { profile, device: device.to_string(), threads, quantize_activations, record: None }
-    }
-
-    /// Also remembers every key asked about (see [`MeasuredCost::recorded`]).
-    pub fn recording(mut self) -> MeasuredCost {
-        self.record = Some(Mutex::new(Vec::new()));
-        self
-    }
-
-    /// The distinct keys asked about so far, in first-ask order.
-    pub fn recorded(&self) -> Vec<ProfileKey> {
-        let Some(r) = &self.record else { return Vec::new() };
-        let v = r.lock().map(|v| v.clone()).unwrap_or_default();
-        let mut seen = std::collections::HashSet::new();
-        v.into_iter().filter(|k| seen.insert(k.clone())).collect()
+        MeasuredCost { profile, device: device.to_string(), threads, quantize_activations }
     }
 }
 
-/// A [`MeasuredCost`] lent to an extractor, so its record can be read afterwards.
-pub(crate) struct Lent<'a>(pub &'a MeasuredCost);
+/// Any cost model, remembering the kernel key of every e-node it is asked about (what
+/// `tg profile` measures).
+pub(crate) struct Recording<'a> {
+    pub inner: &'a dyn CostModel,
+    pub device: &'a str,
+    pub threads: usize,
+    pub quantize_activations: bool,
+    pub keys: Mutex<Vec<ProfileKey>>,
+}
+
+impl CostModel for Recording<'_> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+        if let Some(k) = key_of(op, out, ins, self.device, self.threads, self.quantize_activations) {
+            if let Ok(mut v) = self.keys.lock() {
+                v.push(k);
+            }
+        }
+        self.inner.node_cost(op, out, ins)
+    }
+}
+
+/// A cost model lent to an extractor (which owns its model), so the caller keeps it.
+pub(crate) struct Lent<'a>(pub &'a dyn CostModel);
 
 impl CostModel for Lent<'_> {
     fn name(&self) -> String {
@@ -145,11 +155,6 @@ impl CostModel for MeasuredCost {
         }
         let Some(key) = key_of(op, out, ins, &self.device, self.threads, self.quantize_activations) else { return VIEW_NS };
         let ns = self.profile.predict(&key).ns;
-        if let Some(r) = &self.record {
-            if let Ok(mut v) = r.lock() {
-                v.push(key);
-            }
-        }
         if ns.is_finite() {
             ns.max(1.0)
         } else {

@@ -23,8 +23,8 @@
 pub mod cost;
 mod lower;
 mod memory;
-pub mod store;
 mod rewrite;
+pub mod store;
 pub mod validate;
 
 use std::collections::BTreeSet;
@@ -247,18 +247,8 @@ pub fn dead_code_elimination(g: &Graph) -> Graph {
 /// (copies included), on `devices[0]`. This is what `tg profile` measures.
 pub fn planning_keys(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Vec<tg_profile::ProfileKey>, CompileError> {
     let dev = devices.first().ok_or_else(|| CompileError::Options("no devices to compile for".into()))?;
-    let profile = match &opts.cost {
-        CostSource::Profile(p) => p.clone(),
-        CostSource::Estimate => Arc::new(tg_profile::Profile::new(tg_profile::Fingerprint::current())),
-    };
-    let rec = MeasuredCost::new(profile, dev.name(), dev.threads(), opts.numerics == Numerics::Q8Activations).recording();
-    tg_ir::verify(graph)?;
-    let g = dead_code_elimination(graph);
-    if opts.on("rewrite") {
-        rewrite::run(&g, &opts.rewrite, Some(&rec))?;
-    }
-    let mut keys = rec.recorded();
-    let plan = compile(graph, devices, opts)?.plan;
+    let mut keys = Vec::new();
+    let plan = compile_inner(graph, devices, opts, Some(&mut keys))?.plan;
     keys.extend(tg_profile::ProfileKey::from_plan(&plan, dev.threads()));
     let mut seen = std::collections::HashSet::new();
     keys.retain(|k| seen.insert(k.clone()));
@@ -267,6 +257,12 @@ pub fn planning_keys(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileO
 
 /// Compiles `graph` for `devices` (the first is used for every step in this baseline).
 pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    compile_inner(graph, devices, opts, None)
+}
+
+/// [`compile`], also collecting into `record` the kernel key of every e-node the `rewrite`
+/// stage's extraction costs.
+fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions, record: Option<&mut Vec<tg_profile::ProfileKey>>) -> Result<Compiled, CompileError> {
     let mut report = CompileReport { cost_source: opts.cost.describe(), ..Default::default() };
     let skipped = |name: &str| StageReport { name: name.into(), ran: false, micros: 0, summary: String::new() };
     if devices.is_empty() {
@@ -293,11 +289,21 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
     let graph = if opts.on("rewrite") {
         let t = Timer::start();
         let q8 = opts.numerics == Numerics::Q8Activations;
-        let cost = match &opts.cost {
-            CostSource::Estimate => None,
-            CostSource::Profile(p) => Some(MeasuredCost::new(p.clone(), devices[0].name(), devices[0].threads(), q8)),
+        let (dev, threads) = (devices[0].name(), devices[0].threads());
+        let estimate = tg_egraph::KernelCost::default();
+        let measured;
+        let base: &dyn tg_egraph::CostModel = match &opts.cost {
+            CostSource::Estimate => &estimate,
+            CostSource::Profile(p) => {
+                measured = MeasuredCost::new(p.clone(), dev, threads, q8);
+                &measured
+            }
         };
-        let (g, r) = rewrite::run(graph, &opts.rewrite, cost.as_ref())?;
+        let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
+        let (g, r) = rewrite::run(graph, &opts.rewrite, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
+        if let (Some(out), Some(rec)) = (record, recording) {
+            out.extend(rec.keys.into_inner().unwrap_or_default());
+        }
         rewritten = g;
         report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });
         report.rewrite = Some(r);

@@ -1,26 +1,20 @@
 //! `rewrite`: equality saturation over the named rule tables of [`tg_egraph`], then
 //! extraction of the cheapest equivalent graph (fused ops where the kernels accept them).
 
-use crate::cost::{Lent, MeasuredCost};
+use crate::cost::Lent;
 use crate::CompileError;
-use tg_egraph::{EgraphError, PlannerExtractor, RewriteOptions, RewriteReport};
+use tg_egraph::{CostModel, EgraphError, PlannerExtractor, RewriteOptions, RewriteReport};
 use tg_ir::Graph;
 
 /// Prefix of `CompileOptions::disabling` names that switch off a rule family or rule
 /// (`rewrite:fusion`, `rewrite:fusion.rope`, `rewrite:fuse-softmax`).
 pub(crate) const PREFIX: &str = "rewrite:";
 
-/// Rewrites `graph`, extracting with the planner over `cost` (the built-in estimate when
-/// `None`); the result is verified.
-pub(crate) fn run(graph: &Graph, opts: &RewriteOptions, cost: Option<&MeasuredCost>) -> Result<(Graph, RewriteReport), CompileError> {
-    let result = match cost {
-        None => tg_egraph::rewrite(graph, opts),
-        Some(cost) => {
-            let ex = PlannerExtractor { cost: Lent(cost), limits: PlannerExtractor::default().limits };
-            tg_egraph::rewrite_with(graph, opts, &ex)
-        }
-    };
-    let out = result.map_err(|e| match e {
+/// Rewrites `graph`, extracting with the planner (its default limits) over `cost`; the
+/// result is verified.
+pub(crate) fn run(graph: &Graph, opts: &RewriteOptions, cost: &dyn CostModel) -> Result<(Graph, RewriteReport), CompileError> {
+    let ex = PlannerExtractor { cost: Lent(cost), limits: PlannerExtractor::default().limits };
+    let out = tg_egraph::rewrite_with(graph, opts, &ex).map_err(|e| match e {
         EgraphError::Ir(e) => CompileError::Ir(e),
         EgraphError::Options(s) => CompileError::Options(s),
         e @ EgraphError::Internal(_) => CompileError::Invalid(format!("rewrite: {e}")),

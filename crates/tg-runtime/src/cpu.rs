@@ -628,39 +628,27 @@ impl Device for CpuDevice {
                     tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
                 }
             }
-            Kernel::MatMulQuant { quantize_activations } => {
-                let (la, lw) = (ins[0].1, ins[1].1);
-                let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
-                let k = lw.shape[1];
-                let n = lw.shape[0];
-                let m = la.numel() / k.max(1);
-                let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
-                let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                if *quantize_activations {
-                    tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
-                } else {
-                    tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
-                }
-            }
-            Kernel::MatMulQuantAdd { quantize_activations } => {
+            Kernel::MatMulQuant { quantize_activations } | Kernel::MatMulQuantAdd { quantize_activations } => {
                 let (la, lw) = (ins[0].1, ins[1].1);
                 let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
                 let (k, n) = (lw.shape[1], lw.shape[0]);
                 let m = la.numel() / k.max(1);
                 let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
-                let c = f32_in(ins, 2)?;
                 let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                // One product over all rows (splitting rows would stream the weights once per
-                // split), then the addend over the output, which the product just wrote.
                 if *quantize_activations {
                     tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
                 } else {
                     tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
                 }
-                if c.len() == n {
-                    o.chunks_mut(n.max(1)).for_each(|row| row.iter_mut().zip(c).for_each(|(o, c)| *o += c));
-                } else {
-                    o.iter_mut().zip(c).for_each(|(o, c)| *o += c);
+                // The epilogue: the addend over the output the product just wrote (one product
+                // over all rows: splitting rows would stream the weights once per split).
+                if let Kernel::MatMulQuantAdd { .. } = kernel {
+                    let c = f32_in(ins, 2)?;
+                    if c.len() == n {
+                        o.chunks_mut(n.max(1)).for_each(|row| row.iter_mut().zip(c).for_each(|(o, c)| *o += c));
+                    } else {
+                        o.iter_mut().zip(c).for_each(|(o, c)| *o += c);
+                    }
                 }
             }
             Kernel::Concat { axis } => {
