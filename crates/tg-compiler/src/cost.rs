@@ -149,7 +149,7 @@ impl CostModel for MeasuredCost {
 
     fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
         match op {
-            Op::Input { .. } | Op::Weight { .. } => return 0.0,
+            Op::Input { .. } | Op::Weight { .. } | Op::State { .. } => return 0.0,
             Op::Reshape | Op::Expand | Op::Slice { .. } => return VIEW_NS,
             _ => {}
         }
@@ -169,7 +169,8 @@ pub fn key_of(op: &Op, (os, od): (&[usize], DType), ins: &[(&[usize], DType)], d
     let c = |(s, d): (&[usize], DType)| Layout::contiguous(s, d);
     let out = Layout::contiguous(os, od);
     let (kernel, inputs) = match op {
-        Op::Input { .. } | Op::Weight { .. } | Op::Reshape | Op::Expand | Op::Slice { .. } => return None,
+        Op::Input { .. } | Op::Weight { .. } | Op::State { .. } | Op::Reshape | Op::Expand | Op::Slice { .. } => return None,
+        Op::StoreRows { axis } => (Kernel::StoreRows { axis: *axis }, vec![c(*ins.get(1)?), c(*ins.get(2)?)]),
         // A permute is a view, but almost every reader (matmuls, fused kernels) needs it
         // contiguous, and lowering then copies it: cost it as that copy, so that a plan with
         // transposes is not measured as free.

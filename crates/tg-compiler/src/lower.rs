@@ -12,6 +12,8 @@ use tg_runtime::{Device, Kernel, Layout, Step, TensorRef};
 pub(crate) enum VKind {
     Arena,
     Weight(String),
+    /// A state kept between runs, in the caller's state set.
+    State(String),
 }
 
 /// A buffer before memory assignment.
@@ -139,6 +141,26 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
             Op::Weight { name } => {
                 let buf = l.new_buffer(VKind::Weight(name.clone()), bytes_of(shape, n.dtype), i);
                 TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) }
+            }
+            Op::State { name } => {
+                let buf = l.new_buffer(VKind::State(name.clone()), bytes_of(shape, n.dtype), i);
+                TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) }
+            }
+            Op::StoreRows { axis } => {
+                // Written in place: the step's output is the state's own buffer, and the
+                // node's value is that buffer (verification guarantees the state has no
+                // other reader).
+                let state = l.operand(n.inputs[0]);
+                let mut rows = l.operand(n.inputs[1]);
+                if !rows.layout.is_contiguous() {
+                    rows = l.copy(i, rows);
+                }
+                let off = l.operand(n.inputs[2]);
+                let kernel = Kernel::StoreRows { axis: *axis };
+                let layouts = [rows.layout.clone(), off.layout.clone()];
+                l.devices[0].supports(&kernel, &layouts, &state.layout).map_err(|reason| CompileError::Unsupported { node: i, op: n.op.name(), reason })?;
+                l.prog.steps.push(Step { kernel, device: 0, inputs: vec![rows, off], output: state.clone(), node: i });
+                state
             }
             Op::Constant { bits } => l.emit(i, n, Kernel::Fill { bits: *bits }, vec![], shape, n.dtype)?,
             Op::Iota { axis } => l.emit(i, n, Kernel::Iota { axis: *axis }, vec![], shape, n.dtype)?,

@@ -113,6 +113,7 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
             storage: match &v.kind {
                 VKind::Arena => Storage::Arena { arena: 0, offset: offsets[b] },
                 VKind::Weight(name) => Storage::Weight { name: name.clone() },
+                VKind::State(name) => Storage::State { name: name.clone() },
             },
             bytes: v.bytes,
             node: v.node,

@@ -67,6 +67,9 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
         if matches!(ob.storage, Storage::Weight { .. }) {
             return bad(format!("step {si} writes weight buffer {}", s.output.buffer));
         }
+        if matches!(ob.storage, Storage::State { .. }) != matches!(s.kernel, tg_runtime::Kernel::StoreRows { .. }) {
+            return bad(format!("step {si} ({}) writes buffer {}: only store_rows writes states, and only states", s.kernel.name(), s.output.buffer));
+        }
         if is_input[s.output.buffer] || writer[s.output.buffer].is_some() {
             return bad(format!("step {si} writes buffer {} which is already defined", s.output.buffer));
         }

@@ -67,7 +67,9 @@ impl CostModel for KernelCost {
         let moved = bytes(os, od) + ins.iter().map(|&(s, d)| bytes(s, d)).sum::<f64>();
         let kernel = |flops: f64| self.launch_ns + moved / self.bytes_per_ns + flops / self.flops_per_ns;
         match op {
-            Op::Input { .. } | Op::Weight { .. } => 0.0,
+            Op::Input { .. } | Op::Weight { .. } | Op::State { .. } => 0.0,
+            // Writes the new rows into the state in place: only the rows move.
+            Op::StoreRows { .. } => self.launch_ns + 2.0 * ins.get(1).map_or(0.0, |&(s, d)| bytes(s, d)) / self.bytes_per_ns,
             Op::Constant { .. } => self.launch_ns * 0.1,
             Op::Iota { .. } => kernel(n),
             Op::Reshape | Op::Expand | Op::Slice { .. } => self.view_ns,

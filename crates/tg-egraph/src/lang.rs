@@ -25,7 +25,7 @@ pub struct ENode {
 
 /// True for ops whose shape/dtype come from the node rather than from inference.
 pub fn takes_declared_type(op: &Op) -> bool {
-    matches!(op, Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::Reshape | Op::Expand)
+    matches!(op, Op::Input { .. } | Op::Weight { .. } | Op::State { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::Reshape | Op::Expand)
 }
 
 impl ENode {
@@ -81,6 +81,8 @@ fn variant(op: &Op) -> u8 {
         Op::AddRmsNorm { .. } => 24,
         Op::AttentionSeqMajor { .. } => 25,
         Op::MatMulAdd { .. } => 26,
+        Op::State { .. } => 27,
+        Op::StoreRows { .. } => 28,
     }
 }
 
@@ -97,7 +99,8 @@ fn dtype_key(d: DType) -> (u8, u32) {
 fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
     let v = |xs: &[u64]| xs.iter().copied().collect::<SmallVec<[u64; 4]>>();
     match op {
-        Op::Input { name } | Op::Weight { name } => (Some(name.as_str()), SmallVec::new()),
+        Op::Input { name } | Op::Weight { name } | Op::State { name } => (Some(name.as_str()), SmallVec::new()),
+        Op::StoreRows { axis } => (None, v(&[*axis as u64])),
         Op::Constant { bits } => (None, v(&[*bits])),
         Op::Iota { axis } => (None, v(&[*axis as u64])),
         Op::Unary(u) => (None, v(&[*u as u64])),

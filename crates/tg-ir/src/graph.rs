@@ -87,11 +87,17 @@ impl Graph {
         self.outputs.iter().any(|(_, o)| *o == id)
     }
 
-    /// Nodes that some output depends on (a mask over node ids).
+    /// Nodes that some output or some state update ([`Op::StoreRows`], whose effect is seen
+    /// by the next run) depends on (a mask over node ids).
     pub fn live_mask(&self) -> Vec<bool> {
         let mut live = vec![false; self.nodes.len()];
         for (_, o) in &self.outputs {
             live[*o] = true;
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if matches!(n.op, Op::StoreRows { .. }) {
+                live[i] = true;
+            }
         }
         for i in (0..self.nodes.len()).rev() {
             if live[i] {
@@ -316,6 +322,19 @@ impl GraphBuilder {
     /// Concatenation along `axis`.
     pub fn concat(&mut self, xs: &[Tensor], axis: usize) -> Result<Tensor, IrError> {
         self.push(Op::Concat { axis }, xs, None)
+    }
+
+    /// A value kept between runs ([`Op::State`]); read it only through [`Self::store_rows`].
+    pub fn state(&mut self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor, IrError> {
+        let id = self.push(Op::State { name: name.into() }, &[], Some((shape.to_vec(), dtype)))?;
+        self.claim_name(&format!("state:{name}"), id)?;
+        Ok(id)
+    }
+
+    /// `state` with `rows` written at the run-time `offset` along `axis`, kept for the next
+    /// run ([`Op::StoreRows`]).
+    pub fn store_rows(&mut self, state: Tensor, rows: Tensor, offset: Tensor, axis: usize) -> Result<Tensor, IrError> {
+        self.push(Op::StoreRows { axis }, &[state, rows, offset], None)
     }
 
     /// Row lookup `table[ids]`.

@@ -71,7 +71,14 @@ fn round_to(dtype: DType, x: f64) -> f64 {
 }
 
 /// Evaluates a single node given its operand values (exposed for rule soundness tests).
-fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<String, HostTensor>, weights: &'w dyn WeightStore) -> Result<Value<'w>, IrError> {
+fn eval_node<'w>(
+    i: usize,
+    n: &Node,
+    args: &[&Value<'w>],
+    inputs: &HashMap<String, HostTensor>,
+    weights: &'w dyn WeightStore,
+    states: &HashMap<String, Array>,
+) -> Result<Value<'w>, IrError> {
     let dense = |k: usize| args[k].dense().map_err(|e| err(i, n, e));
     let out = |data: Vec<f64>| Ok(Value::Dense(Array { shape: n.shape.clone(), dtype: n.dtype, data }));
     match &n.op {
@@ -97,6 +104,28 @@ fn eval_node<'w>(i: usize, n: &Node, args: &[&Value<'w>], inputs: &HashMap<Strin
             }
         }
         Op::Constant { bits } => out(vec![round_to(n.dtype, f64::from_bits(*bits))]),
+        Op::State { name } => match states.get(name) {
+            Some(a) if a.shape == n.shape && a.dtype == n.dtype => out(a.data.clone()),
+            Some(a) => Err(err(i, n, format!("state '{name}' holds {:?} {}, graph wants {:?} {}", a.shape, a.dtype, n.shape, n.dtype))),
+            None => out(vec![0.0; numel(&n.shape)]),
+        },
+        Op::StoreRows { axis } => {
+            let (mut s, r, o) = (dense(0)?, dense(1)?, dense(2)?);
+            let (ext, k) = (s.shape[*axis], r.shape[*axis]);
+            let off = o.data[0];
+            if off < 0.0 || off as usize + k > ext {
+                return Err(err(i, n, format!("rows {off}..{} past the state's {ext} along axis {axis}", off + k as f64)));
+            }
+            let off = off as usize;
+            let inner: usize = s.shape[axis + 1..].iter().product();
+            let outer: usize = s.shape[..*axis].iter().product();
+            for a in 0..outer {
+                let dst = (a * ext + off) * inner;
+                let src = a * k * inner;
+                s.data[dst..dst + k * inner].copy_from_slice(&r.data[src..src + k * inner]);
+            }
+            Ok(Value::Dense(s))
+        }
         Op::Iota { axis } => {
             let st = contiguous_strides(&n.shape);
             let size = n.shape[*axis];
@@ -396,6 +425,18 @@ fn softmax_f64(row: &[f64]) -> Vec<f64> {
 /// Evaluates every output of `graph` on `inputs` (by input name) and `weights`.
 /// Values are freed after their last use, so whole models fit in memory.
 pub fn eval(graph: &Graph, inputs: &HashMap<String, HostTensor>, weights: &dyn WeightStore) -> Result<HashMap<String, Array>, IrError> {
+    eval_with_states(graph, inputs, weights, &mut HashMap::new())
+}
+
+/// [`eval`] with the values kept between runs: each [`Op::State`] reads `states[name]`
+/// (zeros when absent), and each [`Op::StoreRows`] result is stored back under its state's
+/// name once the run succeeded.
+pub fn eval_with_states(
+    graph: &Graph,
+    inputs: &HashMap<String, HostTensor>,
+    weights: &dyn WeightStore,
+    states: &mut HashMap<String, Array>,
+) -> Result<HashMap<String, Array>, IrError> {
     crate::verify(graph)?;
     let live = graph.live_mask();
     let mut last_use = vec![0usize; graph.nodes.len()];
@@ -407,6 +448,11 @@ pub fn eval(graph: &Graph, inputs: &HashMap<String, HostTensor>, weights: &dyn W
     for (_, o) in &graph.outputs {
         last_use[*o] = usize::MAX;
     }
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if matches!(n.op, Op::StoreRows { .. }) {
+            last_use[i] = usize::MAX;
+        }
+    }
     let mut vals: Vec<Option<Value>> = (0..graph.nodes.len()).map(|_| None).collect();
     for (i, n) in graph.nodes.iter().enumerate() {
         if !live[i] {
@@ -414,7 +460,7 @@ pub fn eval(graph: &Graph, inputs: &HashMap<String, HostTensor>, weights: &dyn W
         }
         let v = {
             let args: Vec<&Value> = n.inputs.iter().map(|&x| vals[x].as_ref().expect("operand evaluated")).collect();
-            eval_node(i, n, &args, inputs, weights)?
+            eval_node(i, n, &args, inputs, weights, states)?
         };
         vals[i] = Some(v);
         for &x in &n.inputs {
@@ -427,6 +473,13 @@ pub fn eval(graph: &Graph, inputs: &HashMap<String, HostTensor>, weights: &dyn W
     for (name, o) in &graph.outputs {
         let v = vals[*o].as_ref().ok_or_else(|| IrError::Eval(format!("output '{name}' was not computed")))?;
         outs.insert(name.clone(), v.dense().map_err(IrError::Eval)?);
+    }
+    for (i, n) in graph.nodes.iter().enumerate() {
+        if let (Op::StoreRows { .. }, Some(Value::Dense(a))) = (&n.op, vals[i].take()) {
+            if let Op::State { name } = &graph.nodes[n.inputs[0]].op {
+                states.insert(name.clone(), a);
+            }
+        }
     }
     Ok(outs)
 }

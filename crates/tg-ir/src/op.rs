@@ -190,6 +190,22 @@ pub enum Op {
         /// Axis joined.
         axis: usize,
     },
+    /// A value kept between runs (a cache): its contents at the start of a run are what the
+    /// previous run stored into it with [`Op::StoreRows`], zeros before the first. No inputs;
+    /// shape and dtype are the node's. A graph reads a state only through the one
+    /// `StoreRows` that updates it, so the update can happen in place.
+    State {
+        /// Name the caller's state set keeps it under.
+        name: String,
+    },
+    /// The state `s` with the slab `offset..offset + k` along `axis` replaced by `rows`, and
+    /// stored back for the next run. Inputs `[s (a State node), rows, offset (i32, shape
+    /// [] or [1], read at run time)]`; `rows` has `s`'s shape except `k ≤ s.shape[axis]`
+    /// along `axis`. It is an error at run time if `offset + k` passes the end.
+    StoreRows {
+        /// The axis rows are written along.
+        axis: usize,
+    },
     /// Rows of a rank-2 table selected by i32 indices: `out[ids.., :] = table[ids[..], :]`.
     /// Inputs: `[table, ids]`; output f32 of shape `ids.shape + [row_len]`.
     Gather,
@@ -282,6 +298,8 @@ impl Op {
             Op::Slice { axis, start, end } => format!("slice[{axis}:{start}..{end}]"),
             Op::Concat { axis } => format!("concat[{axis}]"),
             Op::Gather => "gather".into(),
+            Op::State { name } => format!("state:{name}"),
+            Op::StoreRows { axis } => format!("store_rows[{axis}]"),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::RopeNeox => "rope_neox".into(),
             Op::RmsNormRopeNeox { .. } => "rms_norm_rope_neox".into(),
@@ -314,6 +332,6 @@ impl Op {
 
     /// True for ops with no inputs whose value comes from outside or from attributes.
     pub fn is_source(&self) -> bool {
-        matches!(self, Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } | Op::Iota { .. })
+        matches!(self, Op::Input { .. } | Op::Weight { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::State { .. })
     }
 }

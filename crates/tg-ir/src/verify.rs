@@ -221,6 +221,31 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             }
             Ok((s, ins[0].1))
         }
+        Op::State { .. } => {
+            arity(op, ins, 0)?;
+            let (s, d) = need_decl()?;
+            if matches!(d, DType::Quant(_)) || s.is_empty() {
+                return Err(shape_err(op, format!("a state is a tensor of rank >= 1 of f32/i32/bool, got {s:?} {d}")));
+            }
+            Ok((s.to_vec(), d))
+        }
+        Op::StoreRows { axis } => {
+            arity(op, ins, 3)?;
+            let ((s, d), (r, dr), (o, dof)) = (ins[0], ins[1], ins[2]);
+            if *axis >= s.len() {
+                return Err(shape_err(op, format!("axis {axis} out of range for {s:?}")));
+            }
+            if d != dr {
+                return Err(dtype_err(op, format!("rows are {dr}, the state {d}")));
+            }
+            if r.len() != s.len() || (0..s.len()).any(|i| i != *axis && r[i] != s[i]) || r[*axis] > s[*axis] {
+                return Err(shape_err(op, format!("rows {r:?} do not fit state {s:?} along axis {axis}")));
+            }
+            if dof != DType::I32 || numel(o) != 1 || o.len() > 1 {
+                return Err(shape_err(op, format!("offset must be an i32 scalar or [1], got {o:?} {dof}")));
+            }
+            Ok((s.to_vec(), d))
+        }
         Op::Gather => {
             arity(op, ins, 2)?;
             let (t, dt) = ins[0];
@@ -383,12 +408,29 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
             Op::Weight { name } if !names.insert(format!("weight:{name}")) => {
                 return Err(IrError::Name(format!("weight '{name}' declared twice")));
             }
+            Op::State { name } if !names.insert(format!("state:{name}")) => {
+                return Err(IrError::Name(format!("state '{name}' declared twice")));
+            }
+            Op::StoreRows { .. } if !matches!(g.nodes[n.inputs[0]].op, Op::State { .. }) => {
+                return Err(IrError::Name(format!("node {i} stores rows into node {}, which is not a state", n.inputs[0])));
+            }
             _ => {}
         }
         let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();
         let (s, d) = infer(&n.op, &ins, Some((&n.shape, n.dtype)))?;
         if s != n.shape || d != n.dtype {
             return Err(IrError::Inconsistent { node: i, op: n.op.name(), recorded: format!("{:?} {}", n.shape, n.dtype), inferred: format!("{s:?} {d}") });
+        }
+    }
+    // A state is read only through the one StoreRows that updates it (so the update can be
+    // done in place, and no reader sees a half-updated cache).
+    let users = g.users();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if let Op::State { name } = &n.op {
+            let ok = users[i].len() == 1 && matches!(g.nodes[users[i][0]].op, Op::StoreRows { .. }) && g.nodes[users[i][0]].inputs[0] == i;
+            if !ok {
+                return Err(IrError::Name(format!("state '{name}' must be read by exactly one store_rows (as its first operand), found users {:?}", users[i])));
+            }
         }
     }
     let mut outs = HashSet::new();

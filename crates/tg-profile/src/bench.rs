@@ -198,6 +198,11 @@ fn fill(key: &ProfileKey, index: usize, l: &Layout, buf: &mut [u8], rng: &mut Ch
                     return Err("gather from an empty table".into());
                 }
                 buf.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&rng.gen_range(0..rows.max(1)).to_le_bytes()));
+            } else if let (Kernel::StoreRows { axis }, 1) = (&key.kernel, index) {
+                // An offset at which the rows fit.
+                let room = key.output.shape.get(*axis).copied().unwrap_or(0).saturating_sub(key.inputs.first().and_then(|r| r.shape.get(*axis)).copied().unwrap_or(0));
+                let off = rng.gen_range(0..=room.min(i32::MAX as usize)) as i32;
+                buf.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&off.to_le_bytes()));
             } else {
                 buf.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&rng.gen_range(-64i32..64).to_le_bytes()));
             }

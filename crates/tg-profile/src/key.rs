@@ -163,6 +163,11 @@ pub fn work(key: &ProfileKey) -> Work {
     let mut bytes = touched_bytes(out) + ins.iter().map(touched_bytes).sum::<f64>();
     let flops = match &key.kernel {
         Kernel::Fill { .. } | Kernel::Iota { .. } | Kernel::Copy | Kernel::Concat { .. } => 0.0,
+        Kernel::StoreRows { .. } => {
+            // Only the rows move, not the whole state.
+            bytes = 2.0 * ins.first().map_or(0.0, touched_bytes);
+            0.0
+        }
         Kernel::Unary(u) => n * if matches!(u, UnaryOp::Neg | UnaryOp::Abs) { 1.0 } else { 10.0 },
         Kernel::Binary(_) | Kernel::Compare(_) | Kernel::Where | Kernel::Cast => n,
         Kernel::Reduce { .. } => ins.first().map_or(n, |l| l.numel() as f64),

@@ -144,7 +144,7 @@ pub(crate) fn compile(e: CompileError) -> Error {
             err(k, CompileError::Ir(ie).to_string())
         }
         CompileError::Options(_) => err(Kind::Options, e.to_string()),
-        CompileError::Unsupported { .. } | CompileError::Invalid(_) => err(Kind::Compile, e.to_string()),
+        CompileError::Unsupported { .. } | CompileError::Invalid(_) | CompileError::Incremental(_) => err(Kind::Compile, e.to_string()),
     }
 }
 
@@ -154,7 +154,7 @@ pub(crate) fn runtime(e: RuntimeError) -> Error {
     let kind = match &e {
         RuntimeError::Input { detail, .. } if detail.contains("not supplied") => Kind::MissingInput,
         RuntimeError::Input { .. } => Kind::Shape,
-        RuntimeError::Weight { .. } | RuntimeError::Kernel { .. } | RuntimeError::Plan(_) | RuntimeError::Alloc { .. } => Kind::Execution,
+        RuntimeError::Weight { .. } | RuntimeError::Kernel { .. } | RuntimeError::Plan(_) | RuntimeError::Alloc { .. } | RuntimeError::State { .. } => Kind::Execution,
     };
     err(kind, e.to_string())
 }

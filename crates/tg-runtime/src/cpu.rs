@@ -337,6 +337,14 @@ impl Device for CpuDevice {
                 need(ins.iter().all(|l| l.is_contiguous() && l.dtype == out.dtype), || "concat operands must be contiguous and share the dtype".into())?;
                 need(*axis < out.shape.len() && ins.iter().map(|l| l.shape[*axis]).sum::<usize>() == out.shape[*axis], || "concat sizes".into())
             }
+            Kernel::StoreRows { axis } => {
+                arity(2)?;
+                let (r, o) = (&ins[0], &ins[1]);
+                need(*axis < out.shape.len() && r.shape.len() == out.shape.len(), || "store_rows: axis or rank".into())?;
+                need(r.is_contiguous() && r.dtype == out.dtype, || "store_rows: rows must be contiguous, of the state's dtype".into())?;
+                need((0..out.shape.len()).all(|i| i == *axis || r.shape[i] == out.shape[i]) && r.shape[*axis] <= out.shape[*axis], || "store_rows: rows do not fit".into())?;
+                need(o.dtype == DType::I32 && o.numel() == 1, || "store_rows: offset must be one i32".into())
+            }
             Kernel::Gather => {
                 arity(2)?;
                 let (t, ids) = (&ins[0], &ins[1]);
@@ -664,6 +672,23 @@ impl Device for CpuDevice {
                         o[ob * total_chunk + at..][..chunk].copy_from_slice(&src[ob * chunk..][..chunk]);
                     }
                     at += chunk;
+                }
+            }
+            Kernel::StoreRows { axis } => {
+                let (rb, rl) = ins[0];
+                let (ob, ol) = ins[1];
+                let off = *cast_slice::<i32>(ob)?.get(ol.offset).ok_or("store_rows: offset outside its buffer")?;
+                let (ext, k) = (out.shape[*axis], rl.shape[*axis]);
+                if off < 0 || off as usize + k > ext {
+                    return Err(format!("store_rows: rows {off}..{} past the state's {ext} along axis {axis}", off as i64 + k as i64));
+                }
+                let eb = out.elem_bytes();
+                let inner = out.shape[axis + 1..].iter().product::<usize>() * eb;
+                let outer: usize = out.shape[..*axis].iter().product();
+                let src = rb.get(rl.offset * eb..(rl.offset + rl.numel()) * eb).ok_or("store_rows: rows outside their buffer")?;
+                for a in 0..outer {
+                    let dst = (a * ext + off as usize) * inner;
+                    out_b.get_mut(dst..dst + k * inner).ok_or("store_rows: state buffer too small")?.copy_from_slice(&src[a * k * inner..(a + 1) * k * inner]);
                 }
             }
             Kernel::Gather => {

@@ -27,6 +27,81 @@ impl Arena {
     }
 }
 
+/// Buffers kept between runs ([`tg_ir::Op::State`] values, e.g. a KV cache), by name,
+/// shared by the executables of one session (a prompt plan and a one-token plan read and
+/// extend the same caches). A buffer is created zeroed, at the size the first plan that
+/// uses it declares.
+#[derive(Default)]
+pub struct StateSet {
+    bufs: HashMap<String, Arena>,
+}
+
+impl StateSet {
+    /// An empty set.
+    pub fn new() -> StateSet {
+        StateSet::default()
+    }
+
+    /// Total bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bufs.values().map(|a| a.bytes).sum()
+    }
+
+    /// Names of the states held, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.bufs.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    /// Drops every state (the next run starts from zeros).
+    pub fn clear(&mut self) {
+        self.bufs.clear();
+    }
+
+    /// Bytes of one state, if held.
+    pub fn state_bytes(&self, name: &str) -> Option<usize> {
+        self.bufs.get(name).map(|a| a.bytes)
+    }
+
+    /// Changes the extent of state `name` along its row axis from `old_rows` to `new_rows`,
+    /// keeping every row that fits (the state is `[outer, rows, row_bytes]` in bytes, row
+    /// major); new rows are zero. A state not held is left absent.
+    pub fn resize_rows(&mut self, name: &str, outer: usize, old_rows: usize, new_rows: usize, row_bytes: usize) -> Result<(), RuntimeError> {
+        let Some(old) = self.bufs.get(name) else { return Ok(()) };
+        let fail = |detail: String| RuntimeError::State { name: name.into(), detail };
+        if outer * old_rows * row_bytes != old.bytes {
+            return Err(fail(format!("holds {} bytes, not {outer} x {old_rows} rows of {row_bytes} bytes", old.bytes)));
+        }
+        let bytes = outer.checked_mul(new_rows).and_then(|x| x.checked_mul(row_bytes)).ok_or_else(|| fail("size overflows".into()))?;
+        let mut a = Arena::new(bytes).ok_or_else(|| fail(format!("cannot allocate {bytes} bytes")))?;
+        let keep = old_rows.min(new_rows) * row_bytes;
+        let src = old.lines.as_ptr() as *const u8;
+        let dst = a.ptr();
+        for o in 0..outer {
+            // SAFETY: block `o` of `keep` bytes lies inside both buffers (sizes checked above),
+            // and the two allocations are distinct.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(o * old_rows * row_bytes), dst.add(o * new_rows * row_bytes), keep) };
+        }
+        self.bufs.insert(name.to_string(), a);
+        Ok(())
+    }
+
+    /// The buffer of `name`, created zeroed with `bytes` if absent; an error if it exists
+    /// with another size.
+    fn get(&mut self, name: &str, bytes: usize) -> Result<(SendPtr, usize), RuntimeError> {
+        if !self.bufs.contains_key(name) {
+            let a = Arena::new(bytes).ok_or_else(|| RuntimeError::State { name: name.into(), detail: format!("cannot allocate {bytes} bytes") })?;
+            self.bufs.insert(name.to_string(), a);
+        }
+        let a = self.bufs.get_mut(name).ok_or_else(|| RuntimeError::State { name: name.into(), detail: "missing".into() })?;
+        if a.bytes != bytes {
+            return Err(RuntimeError::State { name: name.into(), detail: format!("holds {} bytes, the plan wants {bytes} (resize the set first)", a.bytes) });
+        }
+        Ok((SendPtr(a.ptr()), a.bytes))
+    }
+}
+
 /// A plan bound to devices and weights, with its arenas allocated: call [`Executable::run`]
 /// as often as you like.
 pub struct Executable {
@@ -38,6 +113,8 @@ pub struct Executable {
     profile: Option<Vec<u64>>,
     /// Fill arenas with NaN bytes before every run (tests: unwritten elements show up).
     poison: bool,
+    /// States of runs through [`Executable::run`] (not [`Executable::run_with_states`]).
+    states: StateSet,
 }
 
 impl Executable {
@@ -65,13 +142,14 @@ impl Executable {
                         return Err(RuntimeError::Plan(format!("buffer [{offset}, {}) past arena {arena} of {} bytes", offset + b.bytes, a.bytes)));
                     }
                 }
+                Storage::State { .. } => {}
             }
         }
         let mut arenas = Vec::new();
         for (i, a) in plan.arenas.iter().enumerate() {
             arenas.push(Arena::new(a.bytes).ok_or_else(|| RuntimeError::Alloc { arena: i, device: plan.devices[a.device].clone(), bytes: a.bytes })?);
         }
-        Ok(Executable { plan, devices, weights, arenas, profile: None, poison: false })
+        Ok(Executable { plan, devices, weights, arenas, profile: None, poison: false, states: StateSet::new() })
     }
 
     /// The plan being executed.
@@ -95,8 +173,35 @@ impl Executable {
         self.profile.as_deref()
     }
 
-    /// Runs the plan on `inputs` (by name) and returns the outputs (by name).
+    /// Runs the plan on `inputs` (by name) and returns the outputs (by name). States, if the
+    /// plan has any, are this executable's own (see [`Executable::run_with_states`]).
     pub fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        let mut states = std::mem::take(&mut self.states);
+        let r = self.run_with_states(inputs, &mut states);
+        self.states = states;
+        r
+    }
+
+    /// The states this plan keeps between runs: (name, bytes).
+    pub fn state_sizes(&self) -> Vec<(String, usize)> {
+        self.plan
+            .buffers
+            .iter()
+            .filter_map(|b| match &b.storage {
+                Storage::State { name } => Some((name.clone(), b.bytes)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Runs the plan with its states in `states` (created zeroed on first use), updating
+    /// them in place.
+    pub fn run_with_states(&mut self, inputs: &HashMap<String, HostTensor>, states: &mut StateSet) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        let mut state_ptrs = HashMap::new();
+        for (name, bytes) in self.state_sizes() {
+            let p = states.get(&name, bytes)?;
+            state_ptrs.insert(name, p);
+        }
         if self.poison {
             for a in &mut self.arenas {
                 a.lines.iter_mut().for_each(|l| l.0 = [0xFF; 64]);
@@ -104,7 +209,7 @@ impl Executable {
         }
         let mut times = self.profile.take();
         let bases: Vec<SendPtr> = self.arenas.iter_mut().map(|a| SendPtr(a.ptr())).collect();
-        let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases };
+        let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases, states: &state_ptrs };
         let result = ctx.run(inputs, &mut times);
         self.profile = times;
         result
@@ -129,6 +234,7 @@ struct RunCtx<'a> {
     devices: &'a [Arc<dyn Device>],
     weights: &'a (dyn WeightStore + Send),
     bases: &'a [SendPtr],
+    states: &'a HashMap<String, (SendPtr, usize)>,
 }
 
 impl RunCtx<'_> {
@@ -188,6 +294,10 @@ impl RunCtx<'_> {
                 let s = self.weights.bytes(name).unwrap_or(&[]);
                 (s.as_ptr() as *mut u8, s.len(), false)
             }
+            Storage::State { name } => match self.states.get(name) {
+                Some((p, len)) => (p.0, *len, true),
+                None => (std::ptr::null_mut(), 0, false),
+            },
         }
     }
 

@@ -14,7 +14,7 @@ mod plan;
 
 pub use cpu::CpuDevice;
 pub use device::{Device, DeviceKind};
-pub use exec::Executable;
+pub use exec::{Executable, StateSet};
 pub use plan::{ArenaDesc, BufferDesc, Kernel, Layout, Plan, Step, Storage, TensorRef};
 
 use thiserror::Error;
@@ -53,6 +53,14 @@ pub enum RuntimeError {
     /// The plan is malformed (buffer out of arena, unknown device...).
     #[error("invalid plan: {0}")]
     Plan(String),
+    /// A kept state is missing, could not be allocated, or has another size than the plan's.
+    #[error("state '{name}': {detail}")]
+    State {
+        /// State name.
+        name: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// Memory for an arena could not be allocated.
     #[error("cannot allocate {bytes} bytes for arena {arena} on {device}")]
     Alloc {

@@ -133,6 +133,13 @@ pub enum Kernel {
     },
     /// Rows of a (possibly quantized) table selected by i32 ids.
     Gather,
+    /// Writes `rows` (input 0, contiguous) into the output — a kept state, updated in place,
+    /// nothing else of it is touched — at the offset along `axis` given by input 1 (an i32
+    /// scalar read at run time). Fails if the rows would pass the end.
+    StoreRows {
+        /// Axis.
+        axis: usize,
+    },
     /// Fused RMSNorm over the last axis: inputs `[x, w]` (contiguous; `w` has the last
     /// dim's length).
     RmsNorm {
@@ -193,6 +200,7 @@ impl Kernel {
             Kernel::Copy => "copy".into(),
             Kernel::Concat { .. } => "concat".into(),
             Kernel::Gather => "gather".into(),
+            Kernel::StoreRows { .. } => "store_rows".into(),
             Kernel::RmsNorm { .. } => "rms_norm".into(),
             Kernel::RopeNeox => "rope_neox".into(),
             Kernel::RmsNormRopeNeox { .. } => "rms_norm_rope_neox".into(),
@@ -220,6 +228,12 @@ pub enum Storage {
     /// A weight from the weight store, read in place (never copied, never written).
     Weight {
         /// Name in the store.
+        name: String,
+    },
+    /// A state kept between runs ([`tg_ir::Op::State`]) in the caller's [`crate::StateSet`],
+    /// written only by [`Kernel::StoreRows`] steps.
+    State {
+        /// Name in the state set.
         name: String,
     },
 }
