@@ -2,9 +2,15 @@
 //! llama-bench (same markdown columns; JSON rows with llama-bench's field names) so the
 //! two tools' outputs can be read side by side.
 //!
-//! pp N: one forward pass over N random tokens. tg N: N tokens generated one after
-//! another from a single start token. Each test runs once to warm up (plans compiled and
-//! cached), then `-r` timed repetitions.
+//! pp N: N random tokens processed in one run. tg N: N tokens generated one after
+//! another. With `-d D` (llama-bench's depth), D random tokens are put in the context first,
+//! untimed, so pp and tg are measured with D tokens already there. Each test runs once to
+//! warm up (plans compiled and cached), then `-r` timed repetitions.
+//!
+//! By default this uses the incremental path, as `tg generate` does (pp: one plan of
+//! exactly N rows; tg: one run per token with the states the derivation keeps);
+//! `--recompute` measures the whole-sequence plans instead (every generated token
+//! recomputes the context).
 
 use crate::model_path;
 use clap::{Args, ValueEnum};
@@ -31,6 +37,12 @@ pub struct BenchArgs {
     /// Generation lengths to test, comma separated.
     #[arg(short = 'n', long = "n-gen", default_value = "128", value_delimiter = ',')]
     n_gen: Vec<usize>,
+    /// Context depths, comma separated: tokens already in the context before the test.
+    #[arg(short = 'd', long = "n-depth", default_value = "0", value_delimiter = ',')]
+    n_depth: Vec<usize>,
+    /// Recompute the whole sequence for every run instead of the incremental path.
+    #[arg(long)]
+    recompute: bool,
     /// Thread counts, comma separated.
     #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
     threads: Vec<usize>,
@@ -61,6 +73,7 @@ pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String])
 struct Row {
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     threads: usize,
     samples_ns: Vec<u64>,
 }
@@ -73,18 +86,48 @@ pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
-fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
+fn random_tokens(m: &Gemma3, n: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u32> {
     let vocab = m.config.n_vocab as u32;
+    (0..n).map(|_| rng.gen_range(0..vocab)).collect()
+}
+
+/// One repetition: `depth` tokens into the context untimed, then the timed test.
+fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, depth: usize, recompute: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
+    let e = |e: tg_models::ModelError| e.to_string();
+    let mut ctx = vec![m.tokenizer.bos()];
+    ctx.extend(random_tokens(m, depth, rng));
+    if recompute {
+        let t0 = Instant::now();
+        if n_prompt > 0 {
+            ctx.extend(random_tokens(m, n_prompt, rng));
+            m.forward(&ctx, Logits::Last).map_err(e)?;
+        } else {
+            for _ in 0..n_gen {
+                m.forward(&ctx, Logits::Last).map_err(e)?;
+                ctx.extend(random_tokens(m, 1, rng));
+            }
+        }
+        return Ok(t0.elapsed().as_nanos() as u64);
+    }
+    m.reset_session();
+    if depth > 0 {
+        m.prefill(&ctx).map_err(e)?;
+    }
     let t0 = Instant::now();
     if n_prompt > 0 {
-        let mut toks = vec![m.tokenizer.bos()];
-        toks.extend((1..n_prompt).map(|_| rng.gen_range(0..vocab)));
-        m.forward(&toks, Logits::Last).map_err(|e| e.to_string())?;
+        let toks = random_tokens(m, n_prompt, rng);
+        if depth > 0 {
+            m.extend(&toks).map_err(e)?;
+        } else {
+            m.prefill(&toks).map_err(e)?;
+        }
     } else {
-        let mut toks = vec![m.tokenizer.bos()];
-        for _ in 0..n_gen {
-            m.forward(&toks, Logits::Last).map_err(|e| e.to_string())?;
-            toks.push(rng.gen_range(0..vocab));
+        if depth == 0 {
+            m.prefill(&ctx).map_err(e)?;
+        }
+        for _ in 1..n_gen.max(1) + usize::from(depth > 0) {
+            let t = random_tokens(m, 1, rng);
+            m.extend(&t).map_err(e)?;
         }
     }
     Ok(t0.elapsed().as_nanos() as u64)
@@ -132,17 +175,23 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
         info = (model_type(m.file()), n_params, size);
+        m.set_incremental(!a.recompute);
         let mut tests: Vec<(usize, usize)> = a.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0)).collect();
         tests.extend(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
-        for (p, n) in tests {
-            run_test(&mut m, p, n, &mut rng)?; // warm-up: compiles and caches plans
-            let mut samples = Vec::new();
-            for _ in 0..a.reps {
-                samples.push(run_test(&mut m, p, n, &mut rng)?);
-            }
-            rows.push(Row { n_prompt: p, n_gen: n, threads, samples_ns: samples });
-            if n > 0 {
-                m.clear_plans();
+        for &depth in &a.n_depth {
+            for &(p, n) in &tests {
+                if depth + p + n + 1 > m.config.context_length {
+                    return Err(format!("depth {depth} + {} tokens exceed the context length of {}", p + n + 1, m.config.context_length));
+                }
+                run_test(&mut m, p, n, depth, a.recompute, &mut rng)?; // warm-up: compiles and caches plans
+                let mut samples = Vec::new();
+                for _ in 0..a.reps {
+                    samples.push(run_test(&mut m, p, n, depth, a.recompute, &mut rng)?);
+                }
+                rows.push(Row { n_prompt: p, n_gen: n, n_depth: depth, threads, samples_ns: samples });
+                if n > 0 && a.recompute {
+                    m.clear_plans();
+                }
             }
         }
     }
@@ -155,7 +204,10 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 let ntok = (r.n_prompt + r.n_gen) as f64;
                 let ts: Vec<f64> = r.samples_ns.iter().map(|&ns| ntok / (ns as f64 / 1e9)).collect();
                 let (m, s) = mean_std(&ts);
-                let test = if r.n_prompt > 0 { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) };
+                let mut test = if r.n_prompt > 0 { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) };
+                if r.n_depth > 0 {
+                    test = format!("{test} @ d{}", r.n_depth);
+                }
                 println!(
                     "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
                     info.0,
@@ -189,7 +241,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                         "n_threads": r.threads,
                         "n_prompt": r.n_prompt,
                         "n_gen": r.n_gen,
-                        "n_depth": 0,
+                        "n_depth": r.n_depth,
                         "avg_ns": avg_ns.round() as u64,
                         "stddev_ns": std_ns.round() as u64,
                         "avg_ts": avg_ts,

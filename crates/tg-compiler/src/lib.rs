@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod cost;
+pub mod incremental;
 mod lower;
 mod memory;
 mod rewrite;
@@ -34,7 +35,7 @@ use tg_ir::{Graph, IrError};
 use tg_runtime::{Device, Plan};
 use thiserror::Error;
 
-pub use tg_egraph::{RewriteOptions, RewriteReport};
+pub use tg_egraph::{CostModel, KernelCost, RewriteOptions, RewriteReport};
 
 pub use cost::{CostSource, MeasuredCost};
 pub use store::{compile_cached, CacheOutcome, PlanStore};
@@ -46,6 +47,9 @@ pub enum CompileError {
     /// The graph failed verification.
     #[error("graph verification failed: {0}")]
     Ir(#[from] IrError),
+    /// The incremental version of a graph cannot be derived (see [`incremental`]).
+    #[error("incremental derivation: {0}")]
+    Incremental(String),
     /// No device can run a node.
     #[error("node {node} ({op}): no implementation: {reason}")]
     Unsupported {
@@ -303,6 +307,11 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         let (g, r) = rewrite::run(graph, &opts.rewrite, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
         if let (Some(out), Some(rec)) = (record, recording) {
             out.extend(rec.keys.into_inner().unwrap_or_default());
+        }
+        // State updates are effects seen by the next run: extraction must keep every one.
+        let stores = |g: &Graph| g.nodes.iter().filter(|n| matches!(n.op, tg_ir::Op::StoreRows { .. })).count();
+        if stores(&g) != stores(graph) {
+            return Err(CompileError::Invalid(format!("rewriting kept {} of {} state updates", stores(&g), stores(graph))));
         }
         rewritten = g;
         report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });

@@ -546,10 +546,12 @@ pub struct Gemma3 {
     pub config: Gemma3Config,
     /// Tokenizer built from the file's metadata.
     pub tokenizer: Arc<Tokenizer>,
-    file: Arc<GgufFile>,
-    weights: Arc<GgufWeights>,
+    pub(crate) file: Arc<GgufFile>,
+    pub(crate) weights: Arc<GgufWeights>,
     /// Plans by (sequence length, which logits).
-    plans: PlanCache<(usize, Logits)>,
+    pub(crate) plans: PlanCache<(usize, Logits)>,
+    /// The incremental path: plans by (new rows, capacity), and the kept states.
+    pub(crate) session: crate::session::Session,
 }
 
 impl Gemma3 {
@@ -579,7 +581,8 @@ impl Gemma3 {
         }
         let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
         let weights = Arc::new(GgufWeights::new(file.clone()));
-        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device) })
+        let session = crate::session::Session::new(device.clone());
+        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device), session })
     }
 
     /// The mapped file.
@@ -592,21 +595,27 @@ impl Gemma3 {
         &self.weights
     }
 
-    /// Sets compiler options for plans compiled from now on (clears the plan cache).
+    /// Sets compiler options for plans compiled from now on (clears the plan caches).
     pub fn set_compile_options(&mut self, o: CompileOptions) {
-        self.plans.set_options(o);
+        self.plans.set_options(o.clone());
+        self.session.plans.set_options(o);
     }
 
     /// Where compiled plans are kept across processes: by default `plans/` in the cache
     /// directory ([`tg_compiler::PlanStore::default_store`]; `TG_PLAN_CACHE=off` disables
     /// it); `None` compiles every plan in this process.
     pub fn set_plan_store(&mut self, store: Option<tg_compiler::PlanStore>) {
-        self.plans.set_store(store);
+        self.plans.set_store(store.clone());
+        self.session.plans.set_store(store);
     }
 
-    /// The report of the most recent compilation.
+    /// The report of the most recent compilation (of a whole-sequence plan, or of an
+    /// incremental one, whichever came last).
     pub fn last_report(&self) -> Option<&CompileReport> {
-        self.plans.last_report()
+        match (self.plans.last_report(), self.session.plans.last_report()) {
+            (Some(a), Some(b)) => Some(if self.session.last_compiled_incremental { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The forward graph for `seq` tokens.
@@ -614,7 +623,7 @@ impl Gemma3 {
         build_graph(&self.config, &*self.file, seq, logits)
     }
 
-    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
+    pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::Request("empty token sequence".into()));
         }
@@ -633,6 +642,9 @@ impl Gemma3 {
     }
 
     fn plan(&mut self, seq: usize, logits: Logits) -> Result<&mut Executable, ModelError> {
+        if !self.plans.contains(&(seq, logits)) {
+            self.session.last_compiled_incremental = false;
+        }
         let (config, file) = (&self.config, &self.file);
         self.plans.get_or_compile((seq, logits), self.weights.clone(), || build_graph(config, &**file, seq, logits))
     }
@@ -657,6 +669,7 @@ impl Gemma3 {
     /// Drops cached plans (e.g. to bound memory during long generations).
     pub fn clear_plans(&mut self) {
         self.plans.clear();
+        self.session.plans.clear();
     }
 
     /// The number of cached plans.

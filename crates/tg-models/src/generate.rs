@@ -114,7 +114,11 @@ pub struct GenTimings {
 impl Gemma3 {
     /// Generates up to `n` tokens after `prompt` (token ids, BOS included if wanted),
     /// calling `on_token` after each; stops early at an end-of-generation token.
-    /// In this baseline every step recomputes the whole sequence.
+    ///
+    /// By default this runs incrementally ([`Gemma3::prefill`], then [`Gemma3::extend`] with
+    /// one token per run): a prompt sharing a prefix with the previous sequence starts
+    /// after it. With [`Gemma3::set_incremental`] off, every step recomputes the whole
+    /// sequence with a plan of its exact length.
     pub fn generate_tokens(&mut self, prompt: &[u32], n: usize, params: &SamplingParams, mut on_token: impl FnMut(u32) -> bool) -> Result<(Vec<u32>, GenTimings), ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::Request("the prompt has no tokens".into()));
@@ -131,13 +135,23 @@ impl Gemma3 {
         let mut out = Vec::with_capacity(n);
         let mut t = GenTimings::default();
         let start = Instant::now();
+        let incremental = self.session.enabled;
         for i in 0..n {
-            let tc = Instant::now();
-            self.prepare(seq.len(), Logits::Last)?;
-            t.compile_ms += tc.elapsed().as_secs_f64() * 1e3;
-            let logits = self.forward(&seq, Logits::Last)?;
-            // Plans for lengths we will not see again are dropped to bound memory.
-            self.clear_plans();
+            let logits = if incremental {
+                if i == 0 {
+                    self.prefill(&seq)?
+                } else {
+                    self.extend(&seq[seq.len() - 1..])?
+                }
+            } else {
+                let tc = Instant::now();
+                self.prepare(seq.len(), Logits::Last)?;
+                t.compile_ms += tc.elapsed().as_secs_f64() * 1e3;
+                let l = self.forward(&seq, Logits::Last)?;
+                // Plans for lengths we will not see again are dropped to bound memory.
+                self.plans.clear();
+                l
+            };
             let tok = sampler.sample(&logits);
             if i == 0 {
                 t.prompt_ms = start.elapsed().as_secs_f64() * 1e3;

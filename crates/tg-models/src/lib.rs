@@ -13,9 +13,11 @@ pub mod embedding_gemma;
 pub mod gemma3;
 mod generate;
 mod plans;
+mod session;
 mod weights;
 
 pub use gemma3::{Gemma3, Gemma3Config, Logits};
+pub use session::SessionInfo;
 pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
 pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
 pub use weights::{GgufWeights, SafetensorsWeights};

@@ -68,6 +68,10 @@ impl<K: Hash + Eq> PlanCache<K> {
         }
     }
 
+    pub(crate) fn contains(&self, key: &K) -> bool {
+        self.plans.contains_key(key)
+    }
+
     pub(crate) fn get(&self, key: &K) -> Option<&Executable> {
         self.plans.get(key)
     }

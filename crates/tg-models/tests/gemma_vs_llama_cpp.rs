@@ -178,3 +178,76 @@ fn long_prompts_past_the_sliding_window_match_llama_cpp() {
         assert!(overlap >= 4, "top-5 overlap {overlap} at {} tokens", ids.len());
     }
 }
+
+/// Relative squared error of `got` against `want`.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let num: f64 = got.iter().zip(want).map(|(&a, &b)| ((a - b) as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|&b| (b as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+/// The incremental path (prompt once, then one token per run, with the states the
+/// derivation keeps) gives the logits of recomputing the whole sequence, and the same
+/// function builds both: the model graph has no state, the derived graph does.
+#[test]
+fn incremental_runs_equal_whole_sequence_runs() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let full = m.graph(8, Logits::Last).unwrap();
+    assert!(!full.nodes.iter().any(|n| matches!(n.op, tg_ir::Op::State { .. } | tg_ir::Op::StoreRows { .. })), "the model definition keeps no state");
+    let c = &fixtures()[0];
+    let mut seq = c.prompt_tokens.clone();
+    let got = m.prefill(&seq).unwrap();
+    let info = m.session_info();
+    eprintln!("{}; {} states, {} KiB", info.derivation, info.states.len(), info.bytes / 1024);
+    // Keys and values of every layer, and nothing else.
+    assert_eq!(info.states.len(), 2 * m.config.n_layer);
+    let want = m.forward(&seq, Logits::Last).unwrap();
+    let e = rel_err(&got, &want);
+    eprintln!("prompt of {}: relative error {e:.2e}", seq.len());
+    assert!(e < 1e-6, "prompt: {e}");
+    for &t in &c.tokens[..6] {
+        seq.push(t);
+        let got = m.extend(&[t]).unwrap();
+        let want = m.forward(&seq, Logits::Last).unwrap();
+        let e = rel_err(&got, &want);
+        eprintln!("position {}: relative error {e:.2e}", seq.len() - 1);
+        assert!(e < 1e-6, "position {}: {e}", seq.len() - 1);
+    }
+}
+
+/// A prompt sharing a prefix with the previous sequence starts after it, and gives the
+/// logits of running it from scratch; so does a prompt past the sliding window, extended
+/// token by token (the local layers' window applies to kept keys too).
+#[test]
+fn shared_prefixes_and_long_prompts_through_the_incremental_path() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
+    let p = &fx["prompts"][0];
+    let ids = m.tokenizer.encode(p["prompt"].as_str().unwrap(), true, true);
+    assert!(ids.len() > m.config.sliding_window + 8);
+    let n = ids.len();
+    m.prefill(&ids[..n - 4]).unwrap();
+    let mut got = Vec::new();
+    for &t in &ids[n - 4..] {
+        got = m.extend(&[t]).unwrap();
+    }
+    let want: Vec<usize> = p["top5"].as_array().unwrap().iter().map(|x| x[0].as_u64().unwrap() as usize).collect();
+    let ours = top_k(&got, 5);
+    eprintln!("{n} tokens, last 4 one at a time: top-5 ours {ours:?}, llama.cpp {want:?}");
+    assert_eq!(ours[0], want[0]);
+    let whole = m.forward(&ids, Logits::Last).unwrap();
+    let e = rel_err(&got, &whole);
+    assert!(e < 1e-6, "long prompt: {e}");
+    // Same first 100 tokens, different rest.
+    let mut other = ids[..100].to_vec();
+    other.extend(m.tokenizer.encode(" A different ending, about compilers that keep what they computed.", false, false));
+    assert_ne!(other[100], ids[100]);
+    let got = m.prefill(&other).unwrap();
+    assert_eq!(m.session_info().reused, 100);
+    let e = rel_err(&got, &m.forward(&other, Logits::Last).unwrap());
+    eprintln!("shared prefix of 100: relative error {e:.2e}");
+    assert!(e < 1e-6, "shared prefix: {e}");
+}

@@ -1,0 +1,220 @@
+//! Gemma 3 generation through the incremental path: the pure whole-sequence graph
+//! ([`crate::gemma3::build_graph`]) is derived by [`tg_compiler::incremental`] into plans
+//! that take only the appended tokens; the values they keep between runs (the KV cache,
+//! as the derivation chooses it) live in one [`StateSet`] per model.
+//!
+//! The session remembers which tokens the kept rows belong to. A new prompt that shares a
+//! prefix with them is run from the end of the shared prefix; everything after it is
+//! simply overwritten (rows past the current length are never read, see the derivation's
+//! causality check). Capacities grow in steps (`384·2^i` rows: no power of two, so the
+//! sequence axis never has the extent of a Gemma feature axis); growing copies the kept
+//! rows into the larger states and compiles plans for the new capacity.
+
+use crate::gemma3::{build_graph, Gemma3, Logits};
+use crate::plans::PlanCache;
+use crate::ModelError;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use tg_compiler::incremental::{derive, CachedValue, IncrementalSpec, POS_INPUT};
+use tg_ir::HostTensor;
+use tg_runtime::{Device, StateSet};
+
+/// Smallest capacity step.
+const BASE_CAPACITY: usize = 384;
+
+/// What the session holds, for reports.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SessionInfo {
+    /// Tokens whose rows the states hold.
+    pub tokens: usize,
+    /// Rows the states have room for.
+    pub capacity: usize,
+    /// Kept values (names, shapes, bytes).
+    pub states: Vec<CachedValue>,
+    /// Bytes of the states.
+    pub bytes: usize,
+    /// Tokens of the last prompt taken from the states instead of being recomputed.
+    pub reused: usize,
+    /// The derivation of the last incremental plan compiled.
+    pub derivation: String,
+}
+
+/// The incremental path's plans and kept states.
+pub(crate) struct Session {
+    /// Plans by (new rows per run, capacity).
+    pub(crate) plans: PlanCache<(usize, usize)>,
+    states: StateSet,
+    /// Tokens whose rows `0..len` the states hold.
+    tokens: Vec<u32>,
+    capacity: usize,
+    /// The states every plan of this model keeps (chosen once, by the one-token plan).
+    names: Option<BTreeSet<String>>,
+    /// Their layouts at the current capacity.
+    layout: Vec<CachedValue>,
+    /// Bytes the states may take (`None`: no limit).
+    budget: Option<usize>,
+    /// Generation goes through this path.
+    pub(crate) enabled: bool,
+    pub(crate) last_compiled_incremental: bool,
+    reused: usize,
+    derivation: String,
+}
+
+impl Session {
+    pub(crate) fn new(device: Arc<dyn Device>) -> Session {
+        Session {
+            plans: PlanCache::new(device),
+            states: StateSet::new(),
+            tokens: Vec::new(),
+            capacity: 0,
+            names: None,
+            layout: Vec::new(),
+            budget: None,
+            enabled: true,
+            last_compiled_incremental: false,
+            reused: 0,
+            derivation: String::new(),
+        }
+    }
+}
+
+impl Gemma3 {
+    /// Whether generation runs incrementally (the default: the prompt once, then one token
+    /// per run, with what the derivation keeps) or recomputes the whole sequence per token.
+    pub fn set_incremental(&mut self, on: bool) {
+        self.session.enabled = on;
+    }
+
+    /// True when generation runs incrementally.
+    pub fn incremental(&self) -> bool {
+        self.session.enabled
+    }
+
+    /// Limits the bytes the kept states may take; the derivation then keeps less and
+    /// recomputes more (`None`: no limit). Forgets the session.
+    pub fn set_cache_budget(&mut self, bytes: Option<usize>) {
+        self.session.budget = bytes;
+        self.forget_states();
+    }
+
+    /// Forgets the session's tokens: the next prompt shares no prefix. The states stay
+    /// allocated and the plans compiled (their rows are simply overwritten).
+    pub fn reset_session(&mut self) {
+        self.session.tokens.clear();
+        self.session.reused = 0;
+    }
+
+    /// Drops the kept states, their choice and the incremental plans.
+    fn forget_states(&mut self) {
+        let s = &mut self.session;
+        s.states.clear();
+        s.tokens.clear();
+        s.names = None;
+        s.layout.clear();
+        s.capacity = 0;
+        s.plans.clear();
+    }
+
+    /// What the session holds.
+    pub fn session_info(&self) -> SessionInfo {
+        let s = &self.session;
+        SessionInfo { tokens: s.tokens.len(), capacity: s.capacity, states: s.layout.clone(), bytes: s.states.bytes(), reused: s.reused, derivation: s.derivation.clone() }
+    }
+
+    /// The capacity step that holds `len` tokens.
+    fn capacity_for(&self, len: usize) -> usize {
+        let mut c = BASE_CAPACITY;
+        while c < len {
+            c *= 2;
+        }
+        c.min(self.config.context_length.max(len))
+    }
+
+    fn spec(&self, k: usize, states: Option<BTreeSet<String>>) -> IncrementalSpec {
+        IncrementalSpec { input: "tokens".into(), new_rows: k, budget: self.session.budget, states }
+    }
+
+    /// Chooses the kept states (once per model and budget) and grows them to `cap`.
+    fn ensure_capacity(&mut self, cap: usize) -> Result<(), ModelError> {
+        if self.session.names.is_some() && self.session.capacity == cap {
+            return Ok(());
+        }
+        let full = build_graph(&self.config, &*self.file, cap, Logits::Last)?;
+        let one = derive(&full, &self.spec(1, self.session.names.clone()), &tg_compiler::KernelCost::default())?;
+        let old_cap = self.session.capacity;
+        let s = &mut self.session;
+        if s.names.is_some() && old_cap > 0 {
+            for v in &one.states {
+                let outer: usize = v.shape[..v.axis].iter().product();
+                let row_bytes = v.bytes / (outer * v.shape[v.axis]).max(1);
+                s.states.resize_rows(&v.name, outer, old_cap, cap, row_bytes)?;
+            }
+        } else {
+            s.states.clear();
+            s.tokens.clear();
+        }
+        s.names = Some(one.state_names());
+        s.layout = one.states.clone();
+        s.capacity = cap;
+        s.derivation = one.summary();
+        // Plans of another capacity are of no use any more.
+        s.plans.clear();
+        Ok(())
+    }
+
+    /// Runs `new` tokens appended to the session's tokens and returns the last row's logits.
+    pub fn extend(&mut self, new: &[u32]) -> Result<Vec<f32>, ModelError> {
+        if new.is_empty() {
+            return Err(ModelError::Request("no tokens to append".into()));
+        }
+        let pos = self.session.tokens.len();
+        let mut all = self.session.tokens.clone();
+        all.extend_from_slice(new);
+        self.check_tokens(&all)?;
+        if self.session.names.is_none() || all.len() > self.session.capacity {
+            self.ensure_capacity(self.capacity_for(all.len()))?;
+        }
+        let (k, cap) = (new.len(), self.session.capacity);
+        let spec = self.spec(k, self.session.names.clone());
+        let (config, file) = (&self.config, &self.file);
+        let s = &mut self.session;
+        let compiled_before = s.plans.contains(&(k, cap));
+        let mut summary = None;
+        let exe = s.plans.get_or_compile((k, cap), self.weights.clone(), || {
+            let full = build_graph(config, &**file, cap, Logits::Last)?;
+            let inc = derive(&full, &spec, &tg_compiler::KernelCost::default())?;
+            summary = Some(inc.summary());
+            Ok(inc.graph)
+        })?;
+        let mut inputs = HashMap::new();
+        inputs.insert("tokens".to_string(), HostTensor::i32(&[k], new.iter().map(|&t| t as i32).collect())?);
+        inputs.insert(POS_INPUT.to_string(), HostTensor::i32(&[1], vec![pos as i32])?);
+        let mut out = exe.run_with_states(&inputs, &mut s.states)?;
+        if let Some(sm) = summary {
+            s.derivation = sm;
+        }
+        if !compiled_before {
+            s.last_compiled_incremental = true;
+        }
+        s.tokens = all;
+        let t = out.remove("logits").ok_or_else(|| ModelError::Request("plan produced no logits".into()))?;
+        match t.data {
+            tg_ir::HostData::F32(v) => Ok(v),
+            _ => Err(ModelError::Request("logits are not f32".into())),
+        }
+    }
+
+    /// Starts a sequence with `prompt` and returns its last row's logits: the prefix it
+    /// shares with the session's tokens is taken from the kept states, the rest is run in
+    /// one plan of exactly that many rows.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>, ModelError> {
+        self.check_tokens(prompt)?;
+        let s = &mut self.session;
+        let mut common = s.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        // At least one row must run to produce logits.
+        common = common.min(prompt.len() - 1);
+        s.tokens.truncate(common);
+        s.reused = common;
+        self.extend(&prompt[common..])
+    }
+}
