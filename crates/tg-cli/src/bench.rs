@@ -40,6 +40,11 @@ pub struct BenchArgs {
     /// Context depths, comma separated: tokens already in the context before the test.
     #[arg(short = 'd', long = "n-depth", default_value = "0", value_delimiter = ',')]
     n_depth: Vec<usize>,
+    /// pp tests: before each timed prompt, run a different prompt of the same length that
+    /// shares its first N tokens (untimed); the timed prompt then reuses those N tokens'
+    /// kept rows (time to first token with a shared prefix).
+    #[arg(long = "shared-prefix", default_value_t = 0)]
+    shared_prefix: usize,
     /// Recompute the whole sequence for every run instead of the incremental path.
     #[arg(long)]
     recompute: bool,
@@ -92,7 +97,7 @@ fn random_tokens(m: &Gemma3, n: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Vec
 }
 
 /// One repetition: `depth` tokens into the context untimed, then the timed test.
-fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, depth: usize, recompute: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
+fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, depth: usize, shared: usize, recompute: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
     let e = |e: tg_models::ModelError| e.to_string();
     let mut ctx = vec![m.tokenizer.bos()];
     ctx.extend(random_tokens(m, depth, rng));
@@ -113,9 +118,19 @@ fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, depth: usize, recompu
     if depth > 0 {
         m.prefill(&ctx).map_err(e)?;
     }
+    let toks = random_tokens(m, n_prompt, rng);
+    if n_prompt > 0 && shared > 0 {
+        // A different prompt with the same first `shared` tokens, run untimed; the timed
+        // prompt starts after the shared part.
+        let mut first = toks[..shared].to_vec();
+        first.extend(random_tokens(m, n_prompt - shared, rng));
+        m.prefill(&first).map_err(e)?;
+        let t0 = Instant::now();
+        m.prefill(&toks).map_err(e)?;
+        return Ok(t0.elapsed().as_nanos() as u64);
+    }
     let t0 = Instant::now();
     if n_prompt > 0 {
-        let toks = random_tokens(m, n_prompt, rng);
         if depth > 0 {
             m.extend(&toks).map_err(e)?;
         } else {
@@ -183,10 +198,14 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 if depth + p + n + 1 > m.config.context_length {
                     return Err(format!("depth {depth} + {} tokens exceed the context length of {}", p + n + 1, m.config.context_length));
                 }
-                run_test(&mut m, p, n, depth, a.recompute, &mut rng)?; // warm-up: compiles and caches plans
+                let shared = if p > 0 { a.shared_prefix } else { 0 };
+                if p > 0 && (shared >= p || (shared > 0 && (depth > 0 || a.recompute))) {
+                    return Err(format!("--shared-prefix {shared} needs a longer prompt than {p}, depth 0 and the incremental path"));
+                }
+                run_test(&mut m, p, n, depth, shared, a.recompute, &mut rng)?; // warm-up: compiles and caches plans
                 let mut samples = Vec::new();
                 for _ in 0..a.reps {
-                    samples.push(run_test(&mut m, p, n, depth, a.recompute, &mut rng)?);
+                    samples.push(run_test(&mut m, p, n, depth, shared, a.recompute, &mut rng)?);
                 }
                 rows.push(Row { n_prompt: p, n_gen: n, n_depth: depth, threads, samples_ns: samples });
                 if n > 0 && a.recompute {
@@ -207,6 +226,9 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                 let mut test = if r.n_prompt > 0 { format!("pp{}", r.n_prompt) } else { format!("tg{}", r.n_gen) };
                 if r.n_depth > 0 {
                     test = format!("{test} @ d{}", r.n_depth);
+                }
+                if r.n_prompt > 0 && a.shared_prefix > 0 {
+                    test = format!("{test} (shared {})", a.shared_prefix);
                 }
                 println!(
                     "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
