@@ -184,7 +184,9 @@ struct Attn {
 }
 
 /// Attention in f64 from the formula: full scores, max-subtracted softmax (a row with no finite
-/// score is NaN), then `·v`. The bound per element is `(2δ + 2(sk + 2·sk/64 + 16)·u) ·
+/// score is NaN), then `·v`. A key whose mask is −∞ for a row has probability exactly 0 there
+/// and its `k` and `v` rows are not read (they may hold NaN: an unused KV-cache row); any other
+/// NaN in the row's keys or values makes the row NaN. The bound per element is `(2δ + 2(sk + 2·sk/64 + 16)·u) ·
 /// Σ_j p_j |v_jc|`: `δ` bounds each score's error (the f32 dot product,
 /// `dot_bound(hd) · |scale| · Σ|q·k|`, plus the rounding of `s` and `s − m` and `exp`), which
 /// `exp` turns into a relative error of `p_j` (doubled for the normalization); the second term
@@ -202,6 +204,10 @@ fn attention_ref(a: &Attn) -> (Vec<f64>, Vec<f64>) {
                 let mut s = vec![0.0f64; sk];
                 let mut serr = vec![0.0f64; sk];
                 for j in 0..sk {
+                    if a.mask[i * sk + j] == f32::NEG_INFINITY {
+                        s[j] = f64::NEG_INFINITY;
+                        continue;
+                    }
                     let k = &a.k[(kv * sk + j) * hd..(kv * sk + j + 1) * hd];
                     let (mut d, mut mag) = (0.0f64, 0.0f64);
                     for c in 0..hd {
@@ -229,6 +235,9 @@ fn attention_ref(a: &Attn) -> (Vec<f64>, Vec<f64>) {
                 for c in 0..hd {
                     let (mut y, mut mag) = (0.0, 0.0);
                     for (j, &pj) in p.iter().enumerate() {
+                        if a.mask[i * sk + j] == f32::NEG_INFINITY {
+                            continue;
+                        }
                         let vv = a.v[(kv * sk + j) * hd + c] as f64;
                         y += pj * vv;
                         mag += pj * vv.abs();
@@ -573,6 +582,19 @@ fn attention_matches_reference() {
     worst.print("attention");
 }
 
+/// Rows of `x`, head-major `[n_kv, group, sq, hd]` (the shape of `a`), in the position-major
+/// order `[sq, n_kv, group, hd]`: row (kv, g, i) of the first is row (i, kv, g) of the second.
+fn to_seq_major<T: Copy + Default>(a: &Attn, x: &[T]) -> Vec<T> {
+    let (heads, sq, hd) = (a.n_kv * a.group, a.sq, a.hd);
+    let mut y = vec![T::default(); x.len()];
+    for r in 0..heads * sq {
+        let (h, i) = (r / sq, r % sq);
+        let (src, dst) = (r * hd, (i * heads + h) * hd);
+        y[dst..dst + hd].copy_from_slice(&x[src..src + hd]);
+    }
+    y
+}
+
 /// The position-major layout (`q`, `out` as `[sq, n_kv, group, hd]`) gives the head-major
 /// result, transposed: the same reference and bounds, with the rows permuted on the way in
 /// and out.
@@ -584,20 +606,7 @@ fn attention_seq_major_matches_reference() {
         let a = random_attn(&mut case_rng(&what, 650 + case as u64), n_kv, group, sq, sk, hd, mk);
         let scale = a.scale;
         let (want_hm, tol_hm) = attention_ref(&a);
-        // Row (kv, g, i) of the head-major layout is row (i, kv, g) of the seq-major one.
-        let rows = n_kv * group * sq;
-        let to_seq = |r: usize| {
-            let (h, i) = (r / sq, r % sq);
-            i * n_kv * group + h
-        };
-        let mut q_sm = vec![0f32; a.q.len()];
-        let (mut want, mut tol) = (vec![0f64; want_hm.len()], vec![0f64; tol_hm.len()]);
-        for r in 0..rows {
-            let (src, dst) = (r * hd, to_seq(r) * hd);
-            q_sm[dst..dst + hd].copy_from_slice(&a.q[src..src + hd]);
-            want[dst..dst + hd].copy_from_slice(&want_hm[src..src + hd]);
-            tol[dst..dst + hd].copy_from_slice(&tol_hm[src..src + hd]);
-        }
+        let (q_sm, want, tol) = (to_seq_major(&a, &a.q), to_seq_major(&a, &want_hm), to_seq_major(&a, &tol_hm));
         each_config(|isa, t| {
             let mut out = vec![f32::NAN; want.len()];
             attention_layout_with(isa, AttnLayout::SeqMajor, &q_sm, &a.k, &a.v, &a.mask, n_kv, group, sq, sk, hd, scale, &mut out).unwrap();
@@ -656,6 +665,161 @@ fn attention_edge_shapes() {
         attention_with(isa, &[9.0, 9.0, 9.0, 9.0], &[1.0; 4], &v, &[-3.0], 1, 1, 1, 1, 4, 1.0, &mut out).unwrap();
         assert_eq!(out, v, "{isa}: single key");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention over a KV cache (decoding).
+
+/// Thread counts of the decoding tests: more threads than tiles make the kernel split keys.
+const DECODE_THREADS: [usize; 3] = [1, 2, 4];
+
+/// A KV-cache mask: query `i` sits at position `pos + i` and sees the keys `j ≤ pos + i`
+/// (with `window`, only the last `window` of them); all other keys, among them the unused cache
+/// rows past `pos + sq − 1`, are −∞.
+fn cache_mask(sq: usize, sk: usize, pos: usize, window: Option<usize>) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; sq * sk];
+    for i in 0..sq {
+        let p = pos + i;
+        for j in 0..sk.min(p + 1) {
+            if window.is_none_or(|w| p - j < w) {
+                m[i * sk + j] = 0.0;
+            }
+        }
+    }
+    m
+}
+
+/// Fills the `k` and `v` rows of every key the mask hides from all query rows with NaN or ±∞
+/// (what a preallocated cache's unused rows may hold); returns how many keys that is.
+fn poison_hidden_keys(a: &mut Attn) -> usize {
+    let poison = [f32::NAN, f32::INFINITY, f32::NAN, f32::NEG_INFINITY];
+    let mut n = 0;
+    for j in 0..a.sk {
+        if (0..a.sq).all(|i| a.mask[i * a.sk + j] == f32::NEG_INFINITY) {
+            for kv in 0..a.n_kv {
+                let o = (kv * a.sk + j) * a.hd;
+                a.k[o..o + a.hd].fill(poison[n % 4]);
+                a.v[o..o + a.hd].fill(poison[(n + 1) % 4]);
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Runs both layouts of `a` on `isa` (in the current pool) and checks them against the
+/// head-major reference `want`/`tol`; returns the head-major output and the worse NMSE.
+fn run_both_layouts(isa: Isa, a: &Attn, want: &[f64], tol: &[f64], what: &str) -> (Vec<f32>, f64) {
+    let (n_kv, group, sq, sk, hd) = (a.n_kv, a.group, a.sq, a.sk, a.hd);
+    let mut out = vec![f32::NAN; want.len()];
+    attention_with(isa, &a.q, &a.k, &a.v, &a.mask, n_kv, group, sq, sk, hd, a.scale, &mut out).unwrap();
+    let e_hm = check(&format!("{what} (head-major)"), &out, want, tol, NMSE_MAX_ATTN);
+    let (q_sm, want_sm, tol_sm) = (to_seq_major(a, &a.q), to_seq_major(a, want), to_seq_major(a, tol));
+    let mut out_sm = vec![f32::NAN; want.len()];
+    attention_layout_with(isa, AttnLayout::SeqMajor, &q_sm, &a.k, &a.v, &a.mask, n_kv, group, sq, sk, hd, a.scale, &mut out_sm).unwrap();
+    let e_sm = check(&format!("{what} (seq-major)"), &out_sm, &want_sm, &tol_sm, NMSE_MAX_ATTN);
+    (out, e_hm.max(e_sm))
+}
+
+/// Decoding over a KV cache: 1, 2 and 5 query rows against caches of 1 to 4097 keys, causal
+/// with the current position anywhere in the cache, or with a sliding window; the `k` and `v`
+/// rows of every key hidden from all query rows hold NaN or ±∞. Both layouts, 1, 2 and 4
+/// threads (with few tiles, several threads split the keys of a tile into chunks whose partial
+/// results are combined: that changes the rounding of one-row decodes, which is how the test
+/// knows it ran).
+#[test]
+fn attention_decode_matches_reference() {
+    let isas = isas();
+    let mut worst = Worst::default();
+    let (mut case, mut split_seen) = (0u64, 0usize);
+    for sq in [1, 2, 5] {
+        for sk in [1usize, 63, 64, 65, 1000, 4097] {
+            for (n_kv, group, hd) in [(1, 1, 64), (1, 4, 64), (2, 1, 64), (2, 4, 64), (1, 1, 256), (1, 4, 256), (2, 1, 256), (2, 4, 256)] {
+                for windowed in [false, true] {
+                    let mut r = case_rng(&format!("attention decode case {case}"), 800 + case);
+                    case += 1;
+                    let pos = r.gen_range(0..=sk.saturating_sub(sq));
+                    let window = windowed.then(|| [1, 17, 100, 512][r.gen_range(0..4)]);
+                    let mut a = random_attn(&mut r, n_kv, group, sq, sk, hd, Mask::Zero);
+                    a.mask = cache_mask(sq, sk, pos, window);
+                    let hidden = poison_hidden_keys(&mut a);
+                    let what = format!("attention decode n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd} pos={pos} window={window:?} ({hidden} hidden keys poisoned)");
+                    let (want, tol) = attention_ref(&a);
+                    // Every query inside the cache sees its own key.
+                    assert!(sk < sq || want.iter().all(|x| x.is_finite()), "{what}: reference not finite");
+                    for &isa in &isas {
+                        let mut single: Option<Vec<f32>> = None;
+                        for &t in &DECODE_THREADS {
+                            let (out, e) = pool(t).install(|| run_both_layouts(isa, &a, &want, &tol, &format!("{what} {isa} t{t}")));
+                            worst.add(format!("{isa} hd={hd}"), e);
+                            match &single {
+                                None => single = Some(out),
+                                // With one query row the tiles (≤ 4 rows) are the same on any
+                                // number of threads: only the key split changes the rounding.
+                                Some(s) if sq == 1 => split_seen += s.iter().zip(&out).any(|(x, y)| x.to_bits() != y.to_bits()) as usize,
+                                Some(_) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(split_seen > 0, "no multi-threaded decode differed from the single-threaded one in rounding: the key split never ran");
+    eprintln!("attention decode: {split_seen} multi-threaded runs rounded differently from one thread");
+    worst.print("attention decode");
+}
+
+/// A key hidden from some query rows only never reaches those rows, whatever its `k` and `v`
+/// hold, also inside a register tile whose other rows see it and between keys visible to the
+/// tile. The mask is causal with holes (every fifth key −∞ for all rows, and about a quarter
+/// of the rest −∞ per row); the keys hidden from all rows hold NaN/±∞, and the key at the last
+/// query's position — seen by the last query row alone — has one NaN in `k` and one in `v`:
+/// the last query's rows are NaN, all others must come out exact.
+#[test]
+fn attention_masked_keys_never_contribute() {
+    const CASES: [(usize, usize, usize, usize, usize); 7] =
+        [(1, 1, 7, 150, 64), (1, 2, 5, 300, 40), (2, 3, 4, 130, 32), (1, 4, 3, 700, 256), (1, 1, 2, 4097, 256), (2, 1, 9, 1000, 64), (1, 1, 4, 64, 16)];
+    let isas = isas();
+    let mut worst = Worst::default();
+    for (case, &(n_kv, group, sq, sk, hd)) in CASES.iter().enumerate() {
+        let what = format!("attention masked keys n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd}");
+        let mut r = case_rng(&what, 900 + case as u64);
+        let pos = r.gen_range(0..=sk - sq);
+        let last = pos + sq - 1;
+        let mut a = random_attn(&mut r, n_kv, group, sq, sk, hd, Mask::Zero);
+        let mut mask = cache_mask(sq, sk, pos, None);
+        for i in 0..sq {
+            for j in 0..sk {
+                // Each query keeps its own key; the last one keeps `last`.
+                if j != pos + i && (j % 5 == 2 || r.gen_range(0..4) == 0) {
+                    mask[i * sk + j] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        a.mask = mask;
+        let hidden = poison_hidden_keys(&mut a);
+        for kv in 0..n_kv {
+            let o = (kv * sk + last) * hd;
+            a.k[o + r.gen_range(0..hd)] = f32::NAN;
+            a.v[o + r.gen_range(0..hd)] = f32::NAN;
+        }
+        let (want, tol) = attention_ref(&a);
+        // Head-major rows: (kv, g, i), i fastest.
+        for (row, w) in want.chunks(hd).enumerate() {
+            let i = row % sq;
+            assert_eq!(w.iter().all(|x| x.is_nan()), i == sq - 1, "{what}: reference row {row}");
+            assert!(i == sq - 1 || w.iter().all(|x| x.is_finite()), "{what}: reference row {row}");
+        }
+        eprintln!("{what}: pos {pos}, {hidden} keys hidden from all rows");
+        for &isa in &isas {
+            for &t in &DECODE_THREADS {
+                let (_, e) = pool(t).install(|| run_both_layouts(isa, &a, &want, &tol, &format!("{what} {isa} t{t}")));
+                worst.add(format!("{isa}"), e);
+            }
+        }
+    }
+    worst.print("attention masked keys");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,10 +11,22 @@
 //! for each register tile of 4 rows, only the span of the block between the first and last key
 //! that its mask rows do not set to −∞ is multiplied, and a block with no such key for the
 //! whole tile is not touched at all (causal and sliding-window masks make most of the work
-//! skippable on long sequences: 2× at 512 causal, 4× with a 128 window). Tiles of all kv heads
-//! are the parallel work items; they shrink (down to 4 rows) when there are fewer than two per
-//! thread. Decoding one token with at most 4 query heads per kv head therefore runs on one
-//! thread per kv head (splitting the keys across threads is not implemented).
+//! skippable on long sequences: 2× at 512 causal, 4× with a 128 window).
+//!
+//! A key whose mask is −∞ for a row never reaches that row, whatever its `k` and `v` rows
+//! hold (a KV cache's unused rows may be NaN or ∞): its score is set to −∞ from the mask alone
+//! (never `NaN·scale − ∞`), so its probability is exactly 0, and `P·V` never multiplies a value
+//! row by a zero probability (keys that no row of a register tile weighs are skipped; keys that
+//! only some rows weigh are added to those rows alone).
+//!
+//! Parallelism: tiles of all kv heads are the work items; they shrink (down to 4 rows) when
+//! there are fewer than two per thread. When even 4-row tiles give fewer than two items per
+//! thread — decoding one token with at most 4 query heads per kv head — and the keys the mask
+//! leaves visible carry enough work, the key blocks of each tile are also split into chunks
+//! of about equal visible work ("flash decoding"): each chunk produces its rows' partial
+//! `(m, l, O)` in a per-call scratch buffer, and a final pass combines them exactly,
+//! `O = Σ_c O_c·e^{m_c − m} / Σ_c l_c·e^{m_c − m}` with `m = max_c m_c`. Chunks are cut over
+//! the visible keys only, so a long cache with few visible keys costs what those keys cost.
 
 // Register-blocked kernels index small fixed-size arrays in loops and pass many scalars.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
@@ -35,7 +47,9 @@ use crate::{check_len, mul, Isa, KernelError};
 const KB: usize = 64;
 /// Most query rows per tile.
 const RB: usize = 32;
-/// Multiply-adds below which the kernel stays on the calling thread.
+/// Multiply-adds below which the kernel stays on the calling thread; also the fewest (of the
+/// visible keys) per key chunk when a tile's keys are split. (Decoding 4 heads of 256 on 2
+/// threads, a split of 256 visible keys about breaks even; 512 keys ran 1.7× faster.)
 const MIN_PARALLEL_FMAS: usize = 1 << 18;
 
 /// Problem geometry (see [`attention`]).
@@ -51,7 +65,30 @@ struct Geo {
     scale: f32,
 }
 
-/// One tile: rows `rows` (position-major `(i, g)` indices, `i·group + g`) of kv head `head`.
+impl Geo {
+    /// Offset in `q` and `out` of row `r` (position-major `i·group + g`) of kv head `head`.
+    #[inline(always)]
+    fn row_offset(&self, head: usize, r: usize) -> usize {
+        let (i, g) = (r / self.group, r % self.group);
+        if self.seq_major {
+            ((i * self.n_kv + head) * self.group + g) * self.hd
+        } else {
+            ((head * self.group + g) * self.sq + i) * self.hd
+        }
+    }
+}
+
+/// Where a key chunk of a split tile leaves its partial result: the unnormalized `O` rows
+/// (`hd` apart) and, per row, `[m, l]`.
+#[derive(Clone, Copy)]
+struct Partial {
+    o: *mut f32,
+    ml: *mut f32,
+}
+
+/// One tile: rows `rows` (position-major `(i, g)` indices, `i·group + g`) of kv head `head`,
+/// over the key blocks `blocks` (of [`KB`] keys). Without `part` the blocks are all of them and
+/// the tile's normalized result goes to `out`.
 struct TileTask {
     q: *const f32,
     k: *const f32,
@@ -61,6 +98,8 @@ struct TileTask {
     geo: Geo,
     head: usize,
     rows: Range<usize>,
+    blocks: Range<usize>,
+    part: Option<Partial>,
 }
 
 /// Binds the constant `$M` to `$m` (1..=4 rows) and evaluates `$body`.
@@ -112,23 +151,30 @@ unsafe fn scores<S: Simd, const M: usize, const NR: usize>(q: [*const f32; M], k
     }
 }
 
-/// `s[j] = s[j]·scale + mask[j]` for `j < kb`, `−∞` for `kb ≤ j < kbv` (`kbv` = `kb` rounded up
-/// to whole vectors, `≤ KB`); returns the maximum.
+/// `s[j] = s[j]·scale + mask[j]` for `j < kb` (exactly −∞ where `mask[j]` is, whatever `s[j]`
+/// holds: NaN, ∞, stale), `−∞` for `kb ≤ j < kbv` (`kbv` = `kb` rounded up to whole vectors,
+/// `≤ KB`); returns the maximum.
 #[inline(always)]
 unsafe fn scale_mask_max<S: Simd>(s: *mut f32, mask: *const f32, scale: f32, kb: usize, kbv: usize) -> f32 {
     let l = S::LANES;
     let sc = S::splat(scale);
-    let mut mx = S::splat(f32::NEG_INFINITY);
+    let (ninf, lowest) = (S::splat(f32::NEG_INFINITY), S::splat(f32::MIN));
+    // (No closures in SIMD code: they need not be inlined into the target-feature trampoline.)
+    #[inline(always)]
+    unsafe fn masked<S: Simd>(s: S::V, m: S::V, sc: S::V, ninf: S::V, lowest: S::V) -> S::V {
+        S::select_lt(m, lowest, ninf, S::fma(s, sc, m))
+    }
+    let mut mx = ninf;
     let mut j = 0;
     while j + l <= kb {
-        let v = S::fma(S::load(s.add(j)), sc, S::load(mask.add(j)));
+        let v = masked::<S>(S::load(s.add(j)), S::load(mask.add(j)), sc, ninf, lowest);
         S::store(s.add(j), v);
         mx = S::max(v, mx);
         j += l;
     }
     if j < kb {
         let t = kb - j;
-        S::store_tail(s.add(j), t, S::fma(S::load_tail(s.add(j), t), sc, S::load_tail(mask.add(j), t)));
+        S::store_tail(s.add(j), t, masked::<S>(S::load_tail(s.add(j), t), S::load_tail(mask.add(j), t), sc, ninf, lowest));
         for x in kb..kbv {
             *s.add(x) = f32::NEG_INFINITY;
         }
@@ -137,15 +183,18 @@ unsafe fn scale_mask_max<S: Simd>(s: *mut f32, mask: *const f32, scale: f32, kb:
     S::reduce_max(mx)
 }
 
-/// `s[j] = exp(s[j] − m)` for `j < kbv`; returns the sum.
+/// `s[j] = exp(s[j] − m)` for `j < kbv`, exactly 0 where `s[j] = −∞` (a masked key, by
+/// construction rather than through `exp`'s underflow); returns the sum.
 #[inline(always)]
 unsafe fn exp_sum<S: Simd>(s: *mut f32, m: f32, kbv: usize) -> f32 {
     let l = S::LANES;
     let mv = S::splat(m);
+    let lowest = S::splat(f32::MIN);
     let mut acc = [S::zero(); 2];
     let mut j = 0;
     while j < kbv {
-        let e = exp_lanes::<S>(S::sub(S::load(s.add(j)), mv));
+        let x = S::load(s.add(j));
+        let e = S::select_lt(x, lowest, S::zero(), exp_lanes::<S>(S::sub(x, mv)));
         S::store(s.add(j), e);
         acc[(j / l) & 1] = S::add(acc[(j / l) & 1], e);
         j += l;
@@ -219,10 +268,75 @@ unsafe fn pv<S: Simd, const M: usize, const NV: usize>(p: [*const f32; M], alpha
     }
 }
 
-/// The smallest range `lo..hi` of `0..kb` outside which `mask[i, j0 + j]` is −∞ for every
-/// query position `i` in `qi` (`lo >= hi` when the whole block is −∞ for all of them).
+/// `O ← O·alpha + P·V` over the keys `lo..hi` of a block for `M ≤ 4` rows (`p[r]` the start of
+/// row `r`'s probabilities, `v` of the block's value rows), never multiplying a value row by a
+/// zero probability of a masked key: unless the span is `dense` (no key in it masked for any of
+/// the rows), a key is added only to the rows that give it a nonzero weight, so a key masked
+/// for a row (or whose weight underflowed to 0) contributes nothing there even when its value
+/// row holds NaN or ∞.
 #[inline(always)]
-unsafe fn visible(mask: *const f32, sk: usize, qi: &[usize], j0: usize, kb: usize) -> (usize, usize) {
+unsafe fn pv_visible<S: Simd, const M: usize>(p: [*const f32; M], alpha: &[f32; M], v: *const f32, hd: usize, lo: usize, hi: usize, dense: bool, o: [*mut f32; M]) {
+    // `O ← O·al + P·V` over the `n` keys from `j` (no closure: see `scale_mask_max`).
+    #[inline(always)]
+    unsafe fn pv_m<S: Simd, const M: usize>(p: [*const f32; M], al: &[f32; M], v: *const f32, hd: usize, j: usize, n: usize, o: [*mut f32; M]) {
+        let pj: [*const f32; M] = std::array::from_fn(|r| p[r].add(j));
+        if S::LANES >= 16 {
+            pv::<S, M, 4>(pj, al, v.add(j * hd), hd, n, o)
+        } else {
+            pv::<S, M, 2>(pj, al, v.add(j * hd), hd, n, o)
+        }
+    }
+    if dense {
+        pv_m::<S, M>(p, alpha, v, hd, lo, hi - lo, o);
+        return;
+    }
+    // Bit r of `who[j]`: row r weighs key j.
+    let full = (1u8 << M) - 1;
+    let mut who = [0u8; KB];
+    let mut all = true;
+    for j in lo..hi {
+        let mut b = 0u8;
+        for r in 0..M {
+            b |= ((*p[r].add(j) != 0.0) as u8) << r;
+        }
+        who[j] = b;
+        all &= b == full;
+    }
+    if all {
+        pv_m::<S, M>(p, alpha, v, hd, lo, hi - lo, o);
+        return;
+    }
+    // Rescale once, then add runs of keys with the same rows.
+    if alpha.iter().any(|&a| a != 1.0) {
+        pv_m::<S, M>(p, alpha, v, hd, lo, 0, o);
+    }
+    let one = [1.0f32; M];
+    let mut j = lo;
+    while j < hi {
+        let b = who[j];
+        let mut e = j + 1;
+        while e < hi && who[e] == b {
+            e += 1;
+        }
+        if b == full {
+            pv_m::<S, M>(p, &one, v, hd, j, e - j, o);
+        } else {
+            for r in 0..M {
+                if b >> r & 1 != 0 {
+                    pv_m::<S, 1>([p[r]], &[1.0], v, hd, j, e - j, [o[r]]);
+                }
+            }
+        }
+        j = e;
+    }
+}
+
+/// The smallest range `lo..hi` of `0..kb` outside which `mask[i·sk + j0 + j]` is −∞ for every
+/// query position `i` in `qi` (`lo >= hi` when the whole block is −∞ for all of them), and
+/// whether it is dense: no key inside it is −∞ for any of them.
+#[inline(always)]
+fn visible(mask: &[f32], sk: usize, qi: &[usize], j0: usize, kb: usize) -> (usize, usize, bool) {
+    let row = |i: usize| &mask[i * sk + j0..i * sk + j0 + kb];
     let (mut lo, mut hi) = (kb, 0);
     let mut prev = usize::MAX;
     for &i in qi {
@@ -230,7 +344,11 @@ unsafe fn visible(mask: *const f32, sk: usize, qi: &[usize], j0: usize, kb: usiz
             continue;
         }
         prev = i;
-        let row = std::slice::from_raw_parts(mask.add(i * sk + j0), kb);
+        let row = row(i);
+        // Most blocks of a long cache are masked for the row: a vectorized test first.
+        if !any_visible(row) {
+            continue;
+        }
         if let Some(f) = row[..lo].iter().position(|&x| x != f32::NEG_INFINITY) {
             lo = f;
         }
@@ -238,15 +356,39 @@ unsafe fn visible(mask: *const f32, sk: usize, qi: &[usize], j0: usize, kb: usiz
             hi += l + 1;
         }
     }
-    (lo, hi)
+    if lo >= hi {
+        return (lo, hi, false);
+    }
+    let mut dense = true;
+    prev = usize::MAX;
+    for &i in qi {
+        if i != prev {
+            prev = i;
+            dense &= all_visible(&row(i)[lo..hi]);
+        }
+    }
+    (lo, hi, dense)
+}
+
+/// Whether some element of `x` is not −∞ (a fold without early exit, so that it vectorizes).
+#[inline(always)]
+fn any_visible(x: &[f32]) -> bool {
+    x.iter().fold(0u32, |a, &v| a | (v != f32::NEG_INFINITY) as u32) != 0
+}
+
+/// Whether no element of `x` is −∞ (as [`any_visible`]).
+#[inline(always)]
+fn all_visible(x: &[f32]) -> bool {
+    x.iter().fold(0u32, |a, &v| a | (v == f32::NEG_INFINITY) as u32) == 0
 }
 
 impl IsaTask for TileTask {
     type Output = ();
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
-        let TileTask { q, k, v, mask, out, geo, head, rows } = self;
-        let Geo { seq_major, n_kv, group, sq, sk, hd, scale } = geo;
+        let TileTask { q, k, v, mask, out, geo, head, rows, blocks, part } = self;
+        let Geo { sq, sk, hd, scale, .. } = geo;
+        let mask = std::slice::from_raw_parts(mask, sq * sk);
         let l = S::LANES;
         let nr = rows.len();
         debug_assert!((1..=RB).contains(&nr));
@@ -256,11 +398,13 @@ impl IsaTask for TileTask {
         let mut op = [std::ptr::null_mut::<f32>(); RB];
         let mut qi = [0usize; RB];
         for (t, r) in rows.clone().enumerate() {
-            let (i, g) = (r / group, r % group);
-            let off = if seq_major { ((i * n_kv + head) * group + g) * hd } else { ((head * group + g) * sq + i) * hd };
+            let off = geo.row_offset(head, r);
             qp[t] = q.add(off);
-            op[t] = out.add(off);
-            qi[t] = i;
+            op[t] = match part {
+                Some(p) => p.o.add(t * hd),
+                None => out.add(off),
+            };
+            qi[t] = r / geo.group;
             std::ptr::write_bytes(op[t], 0, hd);
         }
         let (kh, vh) = (k.add(head * sk * hd), v.add(head * sk * hd));
@@ -273,12 +417,13 @@ impl IsaTask for TileTask {
         let mut s = [0.0f32; RB * KB];
         let sp = s.as_mut_ptr();
 
-        let mut j0 = 0;
-        while j0 < sk {
-            let kb = (sk - j0).min(KB);
+        let mut j0 = blocks.start * KB;
+        let end = (blocks.end * KB).min(sk);
+        while j0 < end {
+            let kb = (end - j0).min(KB);
             let kbv = kb.div_ceil(l) * l;
             // The keys `lo..hi` of the block visible to some row of each group of 4 rows.
-            let mut span = [(0usize, 0usize); RB / 4];
+            let mut span = [(0usize, 0usize, false); RB / 4];
             let mut any = false;
             for (gi, g_span) in span.iter_mut().enumerate().take(nr.div_ceil(4)) {
                 let t = 4 * gi;
@@ -291,16 +436,12 @@ impl IsaTask for TileTask {
             }
             let kp = kh.add(j0 * hd);
 
-            // Raw scores of the visible spans; 0 elsewhere (the mask makes those −∞ below).
+            // Raw scores of the visible spans. Scores outside them are left as they are: the
+            // mask, −∞ there, overrides them below.
             let mut t = 0;
             while t < nr {
                 let mr = (nr - t).min(4);
-                let (lo, hi) = span[t / 4];
-                for x in t..t + mr {
-                    let row = sp.add(x * KB);
-                    std::ptr::write_bytes(row, 0, lo.min(kb));
-                    std::ptr::write_bytes(row.add(hi.max(lo)), 0, kb - hi.max(lo));
-                }
+                let (lo, hi, _) = span[t / 4];
                 if lo < hi {
                     with_rows!(mr, |M| {
                         let qa: [*const f32; M] = std::array::from_fn(|x| qp[t + x]);
@@ -319,7 +460,7 @@ impl IsaTask for TileTask {
             // `alpha` holds `m_old − m_new` until the vector pass below.
             for t in 0..nr {
                 let row = sp.add(t * KB);
-                let bm = scale_mask_max::<S>(row, mask.add(qi[t] * sk + j0), scale, kb, kbv);
+                let bm = scale_mask_max::<S>(row, mask.as_ptr().add(qi[t] * sk + j0), scale, kb, kbv);
                 let m_new = if bm > m[t] { bm } else { m[t] };
                 if m_new == f32::NEG_INFINITY {
                     // Nothing visible yet: this block adds nothing to the row.
@@ -346,18 +487,13 @@ impl IsaTask for TileTask {
             let mut t = 0;
             while t < nr {
                 let mr = (nr - t).min(4);
-                let (lo, hi) = span[t / 4];
+                let (lo, hi, dense) = span[t / 4];
                 if lo < hi {
                     with_rows!(mr, |M| {
-                        let pa: [*const f32; M] = std::array::from_fn(|x| sp.add((t + x) * KB + lo) as *const f32);
+                        let pa: [*const f32; M] = std::array::from_fn(|x| sp.add((t + x) * KB) as *const f32);
                         let oa: [*mut f32; M] = std::array::from_fn(|x| op[t + x]);
                         let al: [f32; M] = std::array::from_fn(|x| alpha[t + x]);
-                        let v0 = vp.add(lo * hd);
-                        if S::LANES >= 16 {
-                            pv::<S, M, 4>(pa, &al, v0, hd, hi - lo, oa)
-                        } else {
-                            pv::<S, M, 2>(pa, &al, v0, hd, hi - lo, oa)
-                        }
+                        pv_visible::<S, M>(pa, &al, vp, hd, lo, hi, dense, oa)
                     });
                 }
                 t += mr;
@@ -365,6 +501,14 @@ impl IsaTask for TileTask {
             j0 += kb;
         }
 
+        if let Some(p) = part {
+            // A chunk's partial result: unnormalized O (already in place), m and l.
+            for t in 0..nr {
+                *p.ml.add(2 * t) = m[t];
+                *p.ml.add(2 * t + 1) = lsum[t];
+            }
+            return;
+        }
         // O / l (a row that saw no visible key has O = 0, l = 0: NaN, as the plain formula).
         for t in 0..nr {
             let inv = S::splat(1.0 / lsum[t]);
@@ -389,8 +533,12 @@ impl IsaTask for TileTask {
 /// * `out`: `[n_kv, group, sq, head_dim]`.
 ///
 /// The softmax runs over the `sk` keys of each query row. A row whose mask is −∞ everywhere
-/// (and every row when `sk = 0`) gives NaN, as the plain formula does. Key blocks masked to −∞
-/// for a whole tile of query rows are skipped, so such masks cost only the visible part.
+/// (and every row when `sk = 0`) gives NaN, as the plain formula does. A key whose mask is −∞
+/// for a row contributes nothing to it whatever its `k` and `v` rows hold (NaN and ∞ included),
+/// so the unused rows of a preallocated KV cache need no clearing. Key blocks masked to −∞ for
+/// a whole tile of query rows are skipped, so such masks cost only the visible part. Runs on
+/// the current rayon pool; with fewer query tiles than threads (decoding) the visible keys are
+/// split across threads.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -470,29 +618,149 @@ pub fn attention_layout_with(
     }
 
     let geo = Geo { seq_major: layout == AttnLayout::SeqMajor, n_kv, group, sq, sk, hd: head_dim, scale };
+    let threads = threads();
     let fmas = (n_kv * rows_per_head).saturating_mul(sk).saturating_mul(2 * head_dim);
-    let parallel = threads() > 1 && fmas >= MIN_PARALLEL_FMAS;
+    let parallel = threads > 1 && fmas >= MIN_PARALLEL_FMAS;
     let mut tile = RB.min(rows_per_head);
     if parallel {
         // Smaller tiles for more work items, but not below one 4-row register tile: narrower
         // tiles re-read every key and value per row and cost more in total than they gain
         // (decoding 4 heads × 512 keys as 4 one-row tiles took 2.6× the CPU time of one tile).
-        while tile > 4 && n_kv * rows_per_head.div_ceil(tile) < 2 * threads() {
+        while tile > 4 && n_kv * rows_per_head.div_ceil(tile) < 2 * threads {
             tile = tile.div_ceil(2).max(4);
         }
     }
     let tiles = rows_per_head.div_ceil(tile);
+    let items = n_kv * tiles;
+    let nb = sk.div_ceil(KB);
     let (qp, kp, vp) = (SyncPtr(q.as_ptr() as *mut f32), SyncPtr(k.as_ptr() as *mut f32), SyncPtr(v.as_ptr() as *mut f32));
     let (mp, op) = (SyncPtr(mask.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    let work = |u: usize| {
+    let task = |u: usize, blocks: Range<usize>, part: Option<Partial>| {
         let (head, t) = (u / tiles, u % tiles);
         let rows = t * tile..((t + 1) * tile).min(rows_per_head);
-        run_on(isa, TileTask { q: qp.get(), k: kp.get(), v: vp.get(), mask: mp.get(), out: op.get(), geo, head, rows });
+        TileTask { q: qp.get(), k: kp.get(), v: vp.get(), mask: mp.get(), out: op.get(), geo, head, rows, blocks, part }
     };
-    if parallel {
-        (0..n_kv * tiles).into_par_iter().for_each(work);
-    } else {
-        (0..n_kv * tiles).for_each(work);
-    }
+
+    // Split keys when the tiles leave threads idle and (before the scan for visible keys, on
+    // all keys) there is work for two chunks per tile.
+    let splittable = parallel && items < 2 * threads && fmas >= 2 * MIN_PARALLEL_FMAS * items;
+    let split = if splittable { split_keys(mask, &geo, tile, tiles, (2 * threads).div_ceil(items)) } else { None };
+    let Some(split) = split else {
+        let work = |u: usize| run_on(isa, task(u, 0..nb, None));
+        if parallel && items > 1 {
+            (0..items).into_par_iter().for_each(work);
+        } else {
+            (0..items).for_each(work);
+        }
+        return Ok(());
+    };
+
+    // Flash decoding: every (tile, key chunk) pair is a work item with its own partial result.
+    let chunks = split.chunks;
+    let o_len = tile * head_dim;
+    let mut part_o = vec![0.0f32; items * chunks * o_len];
+    let mut part_ml = vec![0.0f32; items * chunks * tile * 2];
+    let (po, pml) = (SyncPtr(part_o.as_mut_ptr()), SyncPtr(part_ml.as_mut_ptr()));
+    (0..items * chunks).into_par_iter().for_each(|u| {
+        let (it, c) = (u / chunks, u % chunks);
+        let bounds = &split.bounds[(it % tiles) * (chunks + 1)..];
+        // SAFETY: item `u` owns `o_len` floats of `part_o` and `2·tile` of `part_ml` at `u`.
+        let part = unsafe { Partial { o: po.get().add(u * o_len), ml: pml.get().add(u * tile * 2) } };
+        run_on(isa, task(it, bounds[c]..bounds[c + 1], Some(part)));
+    });
+    combine(&geo, tile, tiles, rows_per_head, chunks, &part_o, &part_ml, out);
     Ok(())
+}
+
+/// How the key blocks of each tile are split: `chunks` chunks per tile, tile `t`'s chunk `c`
+/// being blocks `bounds[t·(chunks+1) + c] .. bounds[t·(chunks+1) + c + 1]`.
+struct KeySplit {
+    chunks: usize,
+    bounds: Vec<usize>,
+}
+
+/// Splits each tile's key blocks into at most `max_chunks` chunks of about equal visible work
+/// (keys not masked to −∞ for some row of the tile) and at least [`MIN_PARALLEL_FMAS`] each;
+/// `None` when there is not enough visible work for two chunks.
+fn split_keys(mask: &[f32], geo: &Geo, tile: usize, tiles: usize, max_chunks: usize) -> Option<KeySplit> {
+    let Geo { n_kv, group, sq, sk, hd, .. } = *geo;
+    let rows_per_head = group * sq;
+    let nb = sk.div_ceil(KB);
+    // Visible keys of each block, per tile.
+    let mut weight = vec![0usize; tiles * nb];
+    let mut fmas = 0usize;
+    for t in 0..tiles {
+        let rows = t * tile..((t + 1) * tile).min(rows_per_head);
+        let pos: Vec<usize> = (rows.start / group..=(rows.end - 1) / group).collect();
+        let w = &mut weight[t * nb..(t + 1) * nb];
+        for (b, wb) in w.iter_mut().enumerate() {
+            let j0 = b * KB;
+            let (lo, hi, _) = visible(mask, sk, &pos, j0, (sk - j0).min(KB));
+            *wb = hi.saturating_sub(lo);
+        }
+        fmas = fmas.saturating_add(w.iter().sum::<usize>().saturating_mul(rows.len() * 2 * hd));
+    }
+    let chunks = (fmas.saturating_mul(n_kv) / MIN_PARALLEL_FMAS / (n_kv * tiles)).min(max_chunks);
+    if chunks < 2 {
+        return None;
+    }
+    // Chunk c of a tile ends at the first block where the tile's visible keys so far reach
+    // c/chunks of its total (the last chunk takes the rest).
+    let mut bounds = Vec::with_capacity(tiles * (chunks + 1));
+    for w in weight.chunks(nb) {
+        let total: usize = w.iter().sum();
+        bounds.push(0);
+        let (mut b, mut seen) = (0, 0);
+        for c in 1..chunks {
+            let target = total * c / chunks;
+            while b < nb && (seen < target || seen == 0) {
+                seen += w[b];
+                b += 1;
+            }
+            bounds.push(b);
+        }
+        bounds.push(nb);
+    }
+    Some(KeySplit { chunks, bounds })
+}
+
+/// Combines the chunks' partial results into `out`: per row, with `m = max_c m_c`,
+/// `O = Σ_c O_c·e^{m_c − m} / Σ_c l_c·e^{m_c − m}` (a row no chunk saw a visible key for is NaN,
+/// as the plain formula gives).
+#[allow(clippy::too_many_arguments)]
+fn combine(geo: &Geo, tile: usize, tiles: usize, rows_per_head: usize, chunks: usize, part_o: &[f32], part_ml: &[f32], out: &mut [f32]) {
+    let hd = geo.hd;
+    let mut w = vec![0.0f32; chunks];
+    for it in 0..geo.n_kv * tiles {
+        let (head, t) = (it / tiles, it % tiles);
+        for (x, r) in (t * tile..((t + 1) * tile).min(rows_per_head)).enumerate() {
+            let ml = |c: usize| {
+                let i = ((it * chunks + c) * tile + x) * 2;
+                (part_ml[i], part_ml[i + 1])
+            };
+            let o = &mut out[geo.row_offset(head, r)..][..hd];
+            let m = (0..chunks).map(|c| ml(c).0).fold(f32::NEG_INFINITY, f32::max);
+            if m == f32::NEG_INFINITY {
+                o.fill(f32::NAN);
+                continue;
+            }
+            let mut l = 0.0f32;
+            for (c, wc) in w.iter_mut().enumerate() {
+                let (mc, lc) = ml(c);
+                // e^{−∞} = 0: a chunk that saw no visible key for this row adds nothing.
+                *wc = (mc - m).exp();
+                l += lc * *wc;
+            }
+            let part = |c: usize| &part_o[((it * chunks + c) * tile + x) * hd..][..hd];
+            let w0 = w[0];
+            o.iter_mut().zip(part(0)).for_each(|(y, &p)| *y = p * w0);
+            for (c, &wc) in w.iter().enumerate().skip(1) {
+                if wc != 0.0 {
+                    o.iter_mut().zip(part(c)).for_each(|(y, &p)| *y += p * wc);
+                }
+            }
+            let inv = 1.0 / l;
+            o.iter_mut().for_each(|y| *y *= inv);
+        }
+    }
 }
