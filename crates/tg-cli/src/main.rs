@@ -75,6 +75,14 @@ enum Cmd {
         /// `--no-stage rewrite:fusion.attention`); repeatable.
         #[arg(long = "no-stage")]
         no_stage: Vec<String>,
+        /// Recompute the whole sequence for every token instead of keeping states between
+        /// runs (the incremental path, default).
+        #[arg(long)]
+        recompute: bool,
+        /// Most MiB the states kept between runs may take; with less, the compiler keeps
+        /// less and recomputes more.
+        #[arg(long = "cache-budget")]
+        cache_budget: Option<usize>,
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
@@ -103,6 +111,11 @@ enum Cmd {
         /// Worker threads for `--profile` (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
+        /// Plan the incremental run of `--seq` new tokens appended to a sequence of this
+        /// capacity (the derived graph generation uses; `--profile` runs it at the last
+        /// position the capacity allows).
+        #[arg(long)]
+        incremental: Option<usize>,
     },
     /// Measure on this machine the kernels planning the model asks about (the planner then
     /// uses these times by default); resumable.
@@ -219,11 +232,15 @@ fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics, no_stage } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics, no_stage, recompute, cache_budget } => {
             let t0 = std::time::Instant::now();
             let opts = bench::compile_options(numerics, &no_stage)?;
             let mut m = load(model, threads)?;
             m.set_compile_options(opts);
+            m.set_incremental(!recompute);
+            if let Some(mb) = cache_budget {
+                m.set_cache_budget(Some(mb.saturating_mul(1 << 20)));
+            }
             let load_ms = t0.elapsed().as_secs_f64() * 1e3;
             let ids = m.tokenizer.encode(&prompt, !no_bos, true);
             let params = SamplingParams { temperature, top_k, top_p, seed };
@@ -258,6 +275,7 @@ fn run(cli: Cli) -> Res<()> {
                         "prompt_ms": timings.prompt_ms,
                         "generate_ms": timings.generate_ms,
                         "compile_ms": timings.compile_ms,
+                        "session": if m.incremental() { serde_json::to_value(m.session_info()).unwrap_or_default() } else { serde_json::Value::Null },
                         "prompt_tokens_per_s": ids.len() as f64 / (timings.prompt_ms / 1e3),
                         "generate_tokens_per_s": if n_gen > 1 { (n_gen - 1) as f64 / (timings.generate_ms / 1e3) } else { 0.0 },
                     }
@@ -267,22 +285,38 @@ fn run(cli: Cli) -> Res<()> {
                 let rest = dec.finish();
                 let _ = writeln!(stdout, "{rest}");
                 eprintln!("[{} prompt tokens in {:.1} ms, {} tokens generated in {:.1} ms]", ids.len(), timings.prompt_ms, out.len(), timings.generate_ms);
+                if m.incremental() {
+                    let s = m.session_info();
+                    eprintln!("[kept between runs: {} states, {:.1} MiB for {} tokens of capacity {}]", s.states.len(), s.bytes as f64 / 1048576.0, s.tokens, s.capacity);
+                }
             }
             Ok(())
         }
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads } => {
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, incremental } => {
             let mut m = load(model, 0)?;
             let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
             let mut opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
             opts.cost = machine_cost();
             m.set_compile_options(opts.clone());
-            let graph = m.graph(seq, Logits::Last).map_err(|e| e.to_string())?;
+            let graph = match incremental {
+                None => m.graph(seq, Logits::Last).map_err(|e| e.to_string())?,
+                Some(cap) => {
+                    let full = m.graph(cap, Logits::Last).map_err(|e| e.to_string())?;
+                    let spec = tg_compiler::incremental::IncrementalSpec { input: "tokens".into(), new_rows: seq, budget: None, states: None };
+                    let inc = tg_compiler::incremental::derive(&full, &spec, &tg_compiler::KernelCost::default()).map_err(|e| e.to_string())?;
+                    if !json {
+                        println!("incremental: {}", inc.summary());
+                    }
+                    inc.graph
+                }
+            };
             let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(threads)?);
             let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
             if profile {
-                let measured_ms = profile_plan(&m, &c.plan, dev, seq, c.report.prediction.as_ref())?;
+                let at = incremental.map(|cap| cap - seq);
+                let measured_ms = profile_plan(&m, &c.plan, dev, seq, at, c.report.prediction.as_ref())?;
                 match &c.report.prediction {
                     Some(p) => println!(
                         "predicted {:.3} ms, measured {:.3} ms: predicted / measured = {:.3} ({:.1}% of the prediction from fallbacks)",
@@ -437,7 +471,7 @@ fn embed(
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
 /// Runs `plan` with per-step timing (one warm-up, 5 runs), prints time per kernel kind and
 /// returns the mean run time in ms (the sum of the step times).
-fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize, pred: Option<&tg_compiler::PlanPrediction>) -> Res<f64> {
+fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize, pos: Option<usize>, pred: Option<&tg_compiler::PlanPrediction>) -> Res<f64> {
     let weights =
         std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
     let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;
@@ -445,6 +479,9 @@ fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_
     let ids: Vec<i32> = (0..seq as i32).map(|i| if i == 0 { m.tokenizer.bos() as i32 } else { 1000 + i * 7 }).collect();
     let mut inputs = std::collections::HashMap::new();
     inputs.insert("tokens".to_string(), tg_ir::HostTensor::i32(&[seq], ids).map_err(|e| e.to_string())?);
+    if let Some(p) = pos {
+        inputs.insert(tg_compiler::incremental::POS_INPUT.to_string(), tg_ir::HostTensor::i32(&[1], vec![p as i32]).map_err(|e| e.to_string())?);
+    }
     let mut totals: std::collections::BTreeMap<String, (u64, usize)> = Default::default();
     let reps = 5;
     for r in 0..=reps {

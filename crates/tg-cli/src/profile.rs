@@ -25,6 +25,10 @@ pub(crate) struct ProfileArgs {
     /// Sequence lengths to plan for (comma-separated).
     #[arg(short, long, value_delimiter = ',', default_values_t = vec![1usize, 5, 6, 128])]
     seq: Vec<usize>,
+    /// Capacities of the one-token incremental plans (generation) to plan for
+    /// (comma-separated; empty = none).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![384usize, 768, 1536, 3072])]
+    incremental: Vec<usize>,
     /// Thread counts to measure (comma-separated; 0 = all cores).
     #[arg(short, long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
     threads: Vec<usize>,
@@ -70,10 +74,16 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     for &t in &a.threads {
         let dev: Arc<dyn tg_runtime::Device> = Arc::new(tg_runtime::CpuDevice::new(t)?);
         for &nm in &numerics {
+            let opts = CompileOptions { numerics: nm, cost: CostSource::Profile(shared.clone()), ..Default::default() };
             for &s in &a.seq {
                 let g = m.graph(s, Logits::Last).map_err(|e| e.to_string())?;
-                let opts = CompileOptions { numerics: nm, cost: CostSource::Profile(shared.clone()), ..Default::default() };
                 keys.extend(tg_compiler::planning_keys(&g, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
+            }
+            for &cap in a.incremental.iter().filter(|&&c| c > 1) {
+                let full = m.graph(cap, Logits::Last).map_err(|e| e.to_string())?;
+                let spec = tg_compiler::incremental::IncrementalSpec { input: "tokens".into(), new_rows: 1, budget: None, states: None };
+                let inc = tg_compiler::incremental::derive(&full, &spec, &tg_compiler::KernelCost::default()).map_err(|e| e.to_string())?;
+                keys.extend(tg_compiler::planning_keys(&inc.graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
             }
         }
     }
@@ -82,11 +92,12 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     let profile = Arc::try_unwrap(shared).unwrap_or_else(|p| (*p).clone());
     let todo = keys.iter().filter(|k| !profile.contains(k)).count();
     eprintln!(
-        "profile {} ({}): {} kernel keys for seq {:?} x threads {:?} x numerics {}; {} measured already, {} to measure [{:.1} s to collect]",
+        "profile {} ({}): {} kernel keys for seq {:?} (+ one-token incremental plans at capacities {:?}) x threads {:?} x numerics {}; {} measured already, {} to measure [{:.1} s to collect]",
         path.display(),
         fp.id(),
         keys.len(),
         a.seq,
+        a.incremental,
         a.threads,
         a.numerics,
         keys.len() - todo,

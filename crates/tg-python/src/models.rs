@@ -227,6 +227,31 @@ impl PyGemma3 {
         Ok(PyString::new(py, &text).into_any())
     }
 
+    /// Whether generation is incremental (default `True`): the prompt once, then one token
+    /// per run, with the states the compiler chose to keep (the derived KV cache); a
+    /// prompt sharing a prefix with the previous sequence starts after it. `False`
+    /// recomputes the whole sequence for every token.
+    #[getter]
+    fn incremental(&self, py: Python<'_>) -> bool {
+        let model = self.model.clone();
+        py.detach(move || lock(&model).incremental())
+    }
+
+    #[setter]
+    fn set_incremental(&self, py: Python<'_>, on: bool) {
+        let model = self.model.clone();
+        py.detach(move || lock(&model).set_incremental(on))
+    }
+
+    /// What the incremental path keeps between runs: tokens held, capacity, the kept values
+    /// (name, op, shape, axis, bytes), total bytes, tokens of the last prompt reused, and
+    /// the derivation's summary.
+    fn session<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let model = self.model.clone();
+        let info = py.detach(move || lock(&model).session_info());
+        to_py(py, &json_value(&info)?)
+    }
+
     /// The compiler's report for the most recently compiled plan (as `Compiled.explain()`
     /// gives its stages), or `None` before the first run.
     fn explain<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {

@@ -167,6 +167,13 @@ class Gemma3:
     def generate(self, prompt: _Prompt, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, seed: int = 0, add_bos: bool = True, stream: Literal[False] = False) -> str: ...
     @overload
     def generate(self, prompt: _Prompt, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, seed: int = 0, add_bos: bool = True, *, stream: Literal[True]) -> TokenStream: ...
+    @property
+    def incremental(self) -> bool:
+        """Generation keeps states between runs (default) instead of recomputing the sequence."""
+    @incremental.setter
+    def incremental(self, on: bool) -> None: ...
+    def session(self) -> Dict[str, Any]:
+        """What the incremental path keeps: tokens, capacity, states, bytes, reused, derivation."""
     def explain(self) -> Optional[Dict[str, Any]]:
         """The compiler's report for the most recent plan."""
 
