@@ -471,7 +471,14 @@ fn embed(
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
 /// Runs `plan` with per-step timing (one warm-up, 5 runs), prints time per kernel kind and
 /// returns the mean run time in ms (the sum of the step times).
-fn profile_plan(m: &Gemma3, plan: &tg_runtime::Plan, dev: std::sync::Arc<dyn tg_runtime::Device>, seq: usize, pos: Option<usize>, pred: Option<&tg_compiler::PlanPrediction>) -> Res<f64> {
+fn profile_plan(
+    m: &Gemma3,
+    plan: &tg_runtime::Plan,
+    dev: std::sync::Arc<dyn tg_runtime::Device>,
+    seq: usize,
+    pos: Option<usize>,
+    pred: Option<&tg_compiler::PlanPrediction>,
+) -> Res<f64> {
     let weights =
         std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
     let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;

@@ -24,7 +24,10 @@ impl Default for PlannerExtractor<KernelCost> {
         // Extraction only needs the makespan: always take the one-device reduction. 250 ms:
         // graphs proven at all are proven in ~10 ms; on one-row decode graphs (unit dims make
         // many equal-cost view alternatives) a 2 s search found no better plan than 250 ms.
-        PlannerExtractor { cost: KernelCost::default(), limits: tg_planner::Limits { time: std::time::Duration::from_millis(250), single_device_min_nodes: 0, ..Default::default() } }
+        PlannerExtractor {
+            cost: KernelCost::default(),
+            limits: tg_planner::Limits { time: std::time::Duration::from_millis(250), single_device_min_nodes: 0, ..Default::default() },
+        }
     }
 }
 

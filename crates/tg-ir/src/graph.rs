@@ -168,8 +168,7 @@ impl GraphBuilder {
                 return Err(IrError::BadReference { node: self.graph.nodes.len(), input: i });
             }
         }
-        let ins: Vec<(&[usize], DType)> =
-            inputs.iter().map(|&i| (self.graph.nodes[i].shape.as_slice(), self.graph.nodes[i].dtype)).collect();
+        let ins: Vec<(&[usize], DType)> = inputs.iter().map(|&i| (self.graph.nodes[i].shape.as_slice(), self.graph.nodes[i].dtype)).collect();
         let (shape, dtype) = infer(&op, &ins, declared.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
         self.graph.nodes.push(Node { op, inputs: inputs.to_vec(), shape, dtype });
         Ok(self.graph.nodes.len() - 1)
@@ -194,10 +193,7 @@ impl GraphBuilder {
         if let Some(&id) = self.names.get(&format!("weight:{name}")) {
             let n = &self.graph.nodes[id];
             if n.shape != shape || n.dtype != dtype {
-                return Err(IrError::Name(format!(
-                    "weight '{name}' declared as {:?} {} and {:?} {}",
-                    n.shape, n.dtype, shape, dtype
-                )));
+                return Err(IrError::Name(format!("weight '{name}' declared as {:?} {} and {:?} {}", n.shape, n.dtype, shape, dtype)));
             }
             return Ok(id);
         }

@@ -124,11 +124,7 @@ impl Gemma3 {
             return Err(ModelError::Request("the prompt has no tokens".into()));
         }
         if prompt.len() + n > self.config.context_length {
-            return Err(ModelError::Request(format!(
-                "prompt of {} tokens plus {n} new tokens exceeds the context length of {}",
-                prompt.len(),
-                self.config.context_length
-            )));
+            return Err(ModelError::Request(format!("prompt of {} tokens plus {n} new tokens exceeds the context length of {}", prompt.len(), self.config.context_length)));
         }
         let mut sampler = Sampler::new(params.clone())?;
         let mut seq = prompt.to_vec();
@@ -167,7 +163,6 @@ impl Gemma3 {
         Ok((out, t))
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -122,11 +122,7 @@ impl Executable {
     /// every weight exists with the right size, and allocates the arenas.
     pub fn new(plan: Plan, devices: Vec<Arc<dyn Device>>, weights: Arc<dyn WeightStore + Send>) -> Result<Executable, RuntimeError> {
         if devices.len() != plan.devices.len() || devices.iter().zip(&plan.devices).any(|(d, n)| d.name() != n) {
-            return Err(RuntimeError::Plan(format!(
-                "plan wants devices {:?}, got {:?}",
-                plan.devices,
-                devices.iter().map(|d| d.name().to_string()).collect::<Vec<_>>()
-            )));
+            return Err(RuntimeError::Plan(format!("plan wants devices {:?}, got {:?}", plan.devices, devices.iter().map(|d| d.name().to_string()).collect::<Vec<_>>())));
         }
         for b in &plan.buffers {
             match &b.storage {
