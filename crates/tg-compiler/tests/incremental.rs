@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use tg_compiler::incremental::{derive, Incremental, IncrementalSpec, POS_INPUT};
+use tg_compiler::incremental::{derive, Incremental, IncrementalSpec, POS_INPUT, RULES};
 use tg_compiler::{compile, CompileOptions};
 use tg_egraph::KernelCost;
 use tg_ir::interp::{eval, eval_with_states, Array};
@@ -198,6 +198,7 @@ fn derivations(c: &Cfg, cap: usize, ks: &[usize]) -> HashMap<usize, Incremental>
 
 #[test]
 fn chunked_runs_equal_full_recomputation_in_the_interpreter() {
+    let mut applied = BTreeSet::new();
     for (case, c) in [CFG, Cfg { window: Some(3), ..CFG }, Cfg { all_logits: true, ..CFG }, Cfg { heads: 4, kv: 2, ..CFG }].iter().enumerate() {
         let seed = 100 + case as u64;
         println!("case {case}, seed {seed}");
@@ -213,6 +214,7 @@ fn chunked_runs_equal_full_recomputation_in_the_interpreter() {
         }
         let ks: Vec<usize> = chunks.iter().copied().collect::<BTreeSet<_>>().into_iter().collect();
         let incs = derivations(c, cap, &ks);
+        applied.extend(incs.values().flat_map(|i| i.rules.keys().copied()));
         let one = &incs[&1];
         // Every layer keeps its keys and values, nothing else.
         assert_eq!(one.states.len(), 2 * c.layers, "{}", one.summary());
@@ -238,6 +240,9 @@ fn chunked_runs_equal_full_recomputation_in_the_interpreter() {
         let diff = max_diff(&got.data, &reference(c, &w, &other, shared));
         assert!(diff < 1e-9, "case {case}: prefix reuse differs by {diff}");
     }
+    // Every rule of the table took part in a derivation checked above.
+    let missing: Vec<&str> = RULES.iter().map(|(n, _)| *n).filter(|n| !applied.contains(n)).collect();
+    assert!(missing.is_empty(), "rules never exercised: {missing:?}");
 }
 
 #[test]
