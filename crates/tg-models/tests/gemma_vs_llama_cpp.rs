@@ -251,3 +251,24 @@ fn shared_prefixes_and_long_prompts_through_the_incremental_path() {
     eprintln!("shared prefix of 100: relative error {e:.2e}");
     assert!(e < 1e-6, "shared prefix: {e}");
 }
+
+/// Crossing a capacity step (384 rows) moves the kept rows into larger states: the logits
+/// after the step equal a whole-sequence run.
+#[test]
+fn growing_past_the_capacity_keeps_the_rows() {
+    let Some(path) = model_path() else { return };
+    let mut m = Gemma3::load(&path, 2).unwrap();
+    let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
+    let ids = m.tokenizer.encode(fx["prompts"][0]["prompt"].as_str().unwrap(), true, true);
+    m.prefill(&ids[..380]).unwrap();
+    assert_eq!(m.session_info().capacity, 384);
+    let mut got = Vec::new();
+    for &t in &ids[380..390] {
+        got = m.extend(&[t]).unwrap();
+    }
+    let info = m.session_info();
+    assert_eq!((info.capacity, info.tokens), (768, 390));
+    let e = rel_err(&got, &m.forward(&ids[..390], Logits::Last).unwrap());
+    eprintln!("after growing 384 -> 768: relative error {e:.2e}");
+    assert!(e < 1e-6, "after growing: {e}");
+}
