@@ -183,9 +183,23 @@ pub(crate) fn fnv(s: &str) -> u64 {
 
 /// Fills operand `index` of `key` with random valid values: f32 uniform in [-1, 1) (in
 /// [0.5, 2) for unary functions, whose domains may exclude negatives), gather ids in range,
-/// other i32 in [-64, 64), bools 0/1, quantized storage as valid random blocks.
+/// other i32 in [-64, 64), bools 0/1, quantized storage as valid random blocks; an attention
+/// mask is causal (see the body).
 fn fill(key: &ProfileKey, index: usize, l: &Layout, buf: &mut [u8], rng: &mut ChaCha8Rng) -> Result<(), String> {
     match l.dtype {
+        DType::F32 if index == 3 && matches!(key.kernel, Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. }) && l.is_contiguous() => {
+            // The attention kernel skips keys its mask hides, so its time depends on the mask:
+            // measure the causal mask of the last rows of a sequence (query row i sees keys
+            // j <= i + sk - sq), which is the whole-sequence plans' mask and a one-token plan's
+            // at its last position.
+            let sk = l.shape.last().copied().unwrap_or(1).max(1);
+            let sq = if l.shape.len() >= 2 { l.shape[l.shape.len() - 2].max(1) } else { 1 };
+            for (e, c) in buf.chunks_exact_mut(4).enumerate() {
+                let (i, j) = ((e / sk) % sq, e % sk);
+                let v = if j + sq <= i + sk { 0f32 } else { f32::NEG_INFINITY };
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
         DType::F32 => {
             let (lo, hi) = if matches!(key.kernel, Kernel::Unary(_)) { (0.5f32, 2.0f32) } else { (-1.0, 1.0) };
             buf.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&rng.gen_range(lo..hi).to_le_bytes()));

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// change how long a kernel takes** (a new SIMD path, another blocking or threading scheme, a
 /// new fast path...). It is part of the [`Fingerprint`], so every profile measured before the
 /// change becomes stale and is re-measured instead of silently mis-predicting.
-pub const KERNELS_REVISION: u32 = 1;
+pub const KERNELS_REVISION: u32 = 2;
 
 /// What a profile's measurements depend on. Two machines (or two builds) with equal
 /// fingerprints are expected to time kernels alike; any difference makes a profile stale.
