@@ -73,6 +73,14 @@ impl<C: CostModel> Extractor for PlannerExtractor<C> {
 
     fn extract(&self, egraph: &TEGraph, roots: &[Id]) -> Result<Extraction, EgraphError> {
         let (problem, ids) = planning_problem(egraph, roots, &self.cost);
+        // Diagnostics: `TG_DUMP_PLANNING=DIR` writes every extraction's planning problem there
+        // (`docs/planner.md` JSON; `cargo run -p tg-extract --example bench -- FILE` times it).
+        if let Some(dir) = std::env::var_os("TG_DUMP_PLANNING") {
+            let path = std::path::Path::new(&dir).join(format!("problem-{}-{}.json", problem.classes.len(), problem.nodes.len()));
+            if let Ok(text) = serde_json::to_string(&problem) {
+                let _ = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, text));
+            }
+        }
         // Node index -> e-node.
         let mut enodes = Vec::with_capacity(problem.nodes.len());
         for &c in &ids {
