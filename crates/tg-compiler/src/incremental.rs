@@ -240,13 +240,9 @@ fn analyse(g: &Graph, input: &str, cap: usize) -> Result<Vec<Info>, CompileError
                 for &x in &n.inputs {
                     aligned(&info, x, &mut seq, &mut bad);
                 }
-                // An axis is a sequence axis of the output only if some operand carries it.
-                for (j, s) in seq.iter().enumerate() {
-                    if !*s && n.shape[j] == cap && n.inputs.iter().any(|&x| g.nodes[x].shape.len() + j >= r && g.nodes[x].shape[g.nodes[x].shape.len() + j - r] == cap) {
-                        bad = Some(format!("axis {j} has the capacity's extent {cap} without carrying the sequence; choose another capacity"));
-                    }
-                }
-                if matches!(n.op, Op::Expand) && seq.iter().zip(&n.shape).filter(|(s, d)| **d == cap && !**s).count() > 0 {
+                // An axis is a sequence axis of the output only if some operand carries it; an
+                // expand must not create one.
+                if matches!(n.op, Op::Expand) && seq.iter().zip(&n.shape).any(|(s, d)| *d == cap && !*s) {
                     bad = Some("expand to the capacity's extent along a new axis".into());
                 }
                 i.seq = seq;
