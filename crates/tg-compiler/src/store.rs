@@ -8,6 +8,11 @@
 //! never loads it). The file stores the full key's digest as well, and a loaded plan must
 //! pass the plan validator on the caller's devices; an entry that does not match, does not
 //! parse or does not validate is ignored and recompiled, never used.
+//!
+//! The store is bounded: after each write, the least recently used entries (by file time;
+//! a load refreshes it) are deleted until the entries take at most the store's limit
+//! ([`DEFAULT_LIMIT_BYTES`], or `TG_PLAN_CACHE_MB` for the default store). Only files named
+//! like entries are ever deleted.
 
 use crate::{compile, validate, CompileError, CompileOptions, CompileReport, Compiled, CostSource, Numerics, StageReport};
 use std::path::{Path, PathBuf};
@@ -19,21 +24,32 @@ use tg_runtime::{Device, Plan};
 /// Version of the entry format.
 const FORMAT: u32 = 1;
 
+/// Bytes the default store's entries may take (256 MiB: over a thousand Gemma plans).
+pub const DEFAULT_LIMIT_BYTES: u64 = 256 << 20;
+
 /// Where compiled plans are stored.
 #[derive(Debug, Clone)]
 pub struct PlanStore {
     dir: PathBuf,
+    limit: u64,
 }
 
 impl PlanStore {
-    /// A store in `dir` (created on first write).
+    /// Entries beyond this many bytes are evicted, least recently used first.
+    pub fn with_limit(mut self, bytes: u64) -> PlanStore {
+        self.limit = bytes;
+        self
+    }
+
+    /// A store in `dir` (created on first write), bounded by [`DEFAULT_LIMIT_BYTES`].
     pub fn new(dir: impl Into<PathBuf>) -> PlanStore {
-        PlanStore { dir: dir.into() }
+        PlanStore { dir: dir.into(), limit: DEFAULT_LIMIT_BYTES }
     }
 
     /// The default store, `plans/` under the cache directory (`$TG_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/tensor-graphs`, else `~/.cache/tensor-graphs`); `None` when
-    /// `TG_PLAN_CACHE=off` or no cache directory can be named.
+    /// `TG_PLAN_CACHE=off` or no cache directory can be named. `TG_PLAN_CACHE_MB` sets its
+    /// limit (an unreadable value keeps the default).
     pub fn default_store() -> Option<PlanStore> {
         if std::env::var("TG_PLAN_CACHE").is_ok_and(|v| v == "off") {
             return None;
@@ -44,12 +60,49 @@ impl PlanStore {
             (None, None, Some(h)) => PathBuf::from(h).join(".cache").join("tensor-graphs"),
             _ => return None,
         };
-        Some(PlanStore::new(root.join("plans")))
+        let limit = std::env::var("TG_PLAN_CACHE_MB").ok().and_then(|v| v.trim().parse::<u64>().ok()).map_or(DEFAULT_LIMIT_BYTES, |mb| mb.saturating_mul(1 << 20));
+        Some(PlanStore::new(root.join("plans")).with_limit(limit))
     }
 
     /// The directory of the store.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The store's limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Deletes the least recently used entries until the rest take at most the limit;
+    /// `keep` is never deleted. Only files named like entries (`<16 hex digits>.json`) count
+    /// or are deleted. Returns how many were deleted.
+    pub fn evict(&self, keep: Option<&Path>) -> usize {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return 0 };
+        let mut entries: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
+            .filter_map(|e| e.ok())
+            .filter(|e| is_entry_name(&e.file_name().to_string_lossy()))
+            .filter_map(|e| {
+                let m = e.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        entries.sort();
+        let mut deleted = 0;
+        for (_, len, path) in entries {
+            if total <= self.limit {
+                break;
+            }
+            if Some(path.as_path()) == keep {
+                continue;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+                deleted += 1;
+            }
+        }
+        deleted
     }
 }
 
@@ -135,6 +188,8 @@ pub fn compile_cached(graph: &Graph, devices: &[Arc<dyn Device>], opts: &Compile
     if let Ok(text) = std::fs::read_to_string(&path) {
         if let Ok(e) = serde_json::from_str::<Entry>(&text) {
             if e.format == FORMAT && e.check == check && validate(&e.plan, devices).is_ok() {
+                // Mark it used, for the least-recently-used eviction.
+                let _ = std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 let cache = format!(
                     "loaded {} ({} steps) in {:.1} ms; the stages above are from when it was compiled",
                     path.display(),
@@ -150,7 +205,12 @@ pub fn compile_cached(graph: &Graph, devices: &[Arc<dyn Device>], opts: &Compile
     let entry = Entry { format: FORMAT, check, plan: c.plan.clone(), stages: c.report.stages.clone() };
     let outcome = match write_atomic(&store.dir, &path, &entry) {
         Ok(()) => {
-            c.report.cache = Some(format!("stored as {}", path.display()));
+            let evicted = store.evict(Some(&path));
+            c.report.cache = Some(if evicted > 0 {
+                format!("stored as {}; {evicted} least recently used entries evicted (limit {} MiB)", path.display(), store.limit >> 20)
+            } else {
+                format!("stored as {}", path.display())
+            });
             CacheOutcome::Stored
         }
         Err(e) => {
@@ -159,6 +219,11 @@ pub fn compile_cached(graph: &Graph, devices: &[Arc<dyn Device>], opts: &Compile
         }
     };
     Ok((c, outcome))
+}
+
+/// `<16 hex digits>.json`: the name of an entry.
+fn is_entry_name(name: &str) -> bool {
+    name.len() == 21 && name.ends_with(".json") && name[..16].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn write_atomic(dir: &Path, path: &Path, e: &Entry) -> std::io::Result<()> {

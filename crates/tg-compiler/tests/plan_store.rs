@@ -113,3 +113,43 @@ fn damaged_or_invalid_entries_are_recompiled() {
     assert!(c.report.cache.as_deref().is_some_and(|m| m.starts_with("not stored")));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The store stays under its limit by deleting the least recently used entries (a load
+/// counts as a use); files that are not entries are never touched.
+#[test]
+fn the_least_recently_used_entries_are_evicted() {
+    let (st, dir) = store("evict");
+    let opts = CompileOptions::default();
+    // Measure one entry, then allow about three.
+    compile_cached(&graph(8), &[cpu(1)], &opts, Some(&st)).unwrap();
+    let one = std::fs::metadata(&entries(&dir)[0]).unwrap().len();
+    std::fs::remove_dir_all(&dir).ok();
+    let st = st.with_limit(3 * one + one / 2);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mine = dir.join("notes.json");
+    std::fs::write(&mine, vec![b' '; 10 * one as usize]).unwrap();
+    let path_of = |n: usize| {
+        let before: std::collections::BTreeSet<PathBuf> = entries(&dir).into_iter().collect();
+        let (_, o) = compile_cached(&graph(n), &[cpu(1)], &opts, Some(&st)).unwrap();
+        (o, entries(&dir).into_iter().find(|p| !before.contains(p)))
+    };
+    let (_, a) = path_of(8);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (_, b) = path_of(9);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (_, c) = path_of(10);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Use the oldest again: the next store must evict the second one instead.
+    let (_, hit) = compile_cached(&graph(8), &[cpu(1)], &opts, Some(&st)).unwrap();
+    assert_eq!(hit, CacheOutcome::Hit);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (_, d) = path_of(11);
+    let left = entries(&dir);
+    println!("entry {one} bytes; left {left:?}");
+    for (p, kept) in [(a, true), (b, false), (c, true), (d, true)] {
+        let p = p.unwrap();
+        assert_eq!(left.contains(&p), kept, "{}", p.display());
+    }
+    assert!(mine.exists(), "a file that is not an entry was deleted");
+    std::fs::remove_dir_all(&dir).ok();
+}
