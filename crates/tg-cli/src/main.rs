@@ -303,9 +303,7 @@ fn run(cli: Cli) -> Res<()> {
             let graph = match incremental {
                 None => m.graph(seq, Logits::Last).map_err(|e| e.to_string())?,
                 Some(cap) => {
-                    let full = m.graph(cap, Logits::Last).map_err(|e| e.to_string())?;
-                    let spec = tg_compiler::incremental::IncrementalSpec { input: "tokens".into(), new_rows: seq, budget: None, states: None };
-                    let inc = tg_compiler::incremental::derive(&full, &spec, &tg_compiler::KernelCost::default()).map_err(|e| e.to_string())?;
+                    let inc = m.incremental_graph(seq, cap).map_err(|e| e.to_string())?;
                     if !json {
                         println!("incremental: {}", inc.summary());
                     }

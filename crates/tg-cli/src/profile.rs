@@ -71,6 +71,11 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
     let shared = Arc::new(profile);
     let mut keys = Vec::new();
+    // The one-token plans' graphs depend on the capacity only: derived once each.
+    let mut steps = Vec::new();
+    for &cap in a.incremental.iter().filter(|&&c| c > 1) {
+        steps.push(m.incremental_graph(1, cap).map_err(|e| e.to_string())?.graph);
+    }
     for &t in &a.threads {
         let dev: Arc<dyn tg_runtime::Device> = Arc::new(tg_runtime::CpuDevice::new(t)?);
         for &nm in &numerics {
@@ -79,11 +84,8 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
                 let g = m.graph(s, Logits::Last).map_err(|e| e.to_string())?;
                 keys.extend(tg_compiler::planning_keys(&g, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
             }
-            for &cap in a.incremental.iter().filter(|&&c| c > 1) {
-                let full = m.graph(cap, Logits::Last).map_err(|e| e.to_string())?;
-                let spec = tg_compiler::incremental::IncrementalSpec { input: "tokens".into(), new_rows: 1, budget: None, states: None };
-                let inc = tg_compiler::incremental::derive(&full, &spec, &tg_compiler::KernelCost::default()).map_err(|e| e.to_string())?;
-                keys.extend(tg_compiler::planning_keys(&inc.graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
+            for g in &steps {
+                keys.extend(tg_compiler::planning_keys(g, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
             }
         }
     }

@@ -15,9 +15,17 @@ use crate::plans::PlanCache;
 use crate::ModelError;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use tg_compiler::incremental::{derive, CachedValue, IncrementalSpec, POS_INPUT};
+use tg_compiler::incremental::{derive, CachedValue, Incremental, IncrementalSpec, POS_INPUT};
 use tg_ir::HostTensor;
 use tg_runtime::{Device, StateSet};
+
+/// Derives `model`'s run of `k` appended tokens at capacity `cap`, keeping `states` (or
+/// choosing them when `None`).
+fn derive_step(model: &Gemma3, k: usize, cap: usize, states: Option<BTreeSet<String>>) -> Result<Incremental, ModelError> {
+    let full = build_graph(&model.config, &*model.file, cap, Logits::Last)?;
+    let spec = IncrementalSpec { input: "tokens".into(), new_rows: k, budget: model.session.budget, states };
+    Ok(derive(&full, &spec, &tg_compiler::KernelCost::default())?)
+}
 
 /// Smallest capacity step.
 const BASE_CAPACITY: usize = 384;
@@ -53,6 +61,8 @@ pub(crate) struct Session {
     layout: Vec<CachedValue>,
     /// Bytes the states may take (`None`: no limit).
     budget: Option<usize>,
+    /// The one-token derivation that chose the states, kept for compiling that plan.
+    one_token: Option<Incremental>,
     /// Generation goes through this path.
     pub(crate) enabled: bool,
     pub(crate) last_compiled_incremental: bool,
@@ -70,6 +80,7 @@ impl Session {
             names: None,
             layout: Vec::new(),
             budget: None,
+            one_token: None,
             enabled: true,
             last_compiled_incremental: false,
             reused: 0,
@@ -111,6 +122,7 @@ impl Gemma3 {
         s.tokens.clear();
         s.names = None;
         s.layout.clear();
+        s.one_token = None;
         s.capacity = 0;
         s.plans.clear();
     }
@@ -130,8 +142,11 @@ impl Gemma3 {
         c.min(self.config.context_length.max(len))
     }
 
-    fn spec(&self, k: usize, states: Option<BTreeSet<String>>) -> IncrementalSpec {
-        IncrementalSpec { input: "tokens".into(), new_rows: k, budget: self.session.budget, states }
+    /// The derived graph of a run appending `k` tokens to a sequence of capacity `cap`,
+    /// keeping the states the derivation chooses under this model's budget (what
+    /// generation compiles; `tg plan --incremental` and `tg profile` show and measure it).
+    pub fn incremental_graph(&self, k: usize, cap: usize) -> Result<Incremental, ModelError> {
+        derive_step(self, k, cap, None)
     }
 
     /// Chooses the kept states (once per model and budget) and grows them to `cap`.
@@ -139,8 +154,7 @@ impl Gemma3 {
         if self.session.names.is_some() && self.session.capacity == cap {
             return Ok(());
         }
-        let full = build_graph(&self.config, &*self.file, cap, Logits::Last)?;
-        let one = derive(&full, &self.spec(1, self.session.names.clone()), &tg_compiler::KernelCost::default())?;
+        let one = derive_step(self, 1, cap, self.session.names.clone())?;
         let old_cap = self.session.capacity;
         let s = &mut self.session;
         if s.names.is_some() && old_cap > 0 {
@@ -157,6 +171,7 @@ impl Gemma3 {
         s.layout = one.states.clone();
         s.capacity = cap;
         s.derivation = one.summary();
+        s.one_token = Some(one);
         // Plans of another capacity are of no use any more.
         s.plans.clear();
         Ok(())
@@ -175,14 +190,23 @@ impl Gemma3 {
             self.ensure_capacity(self.capacity_for(all.len()))?;
         }
         let (k, cap) = (new.len(), self.session.capacity);
-        let spec = self.spec(k, self.session.names.clone());
-        let (config, file) = (&self.config, &self.file);
-        let s = &mut self.session;
-        let compiled_before = s.plans.contains(&(k, cap));
+        let compiled_before = self.session.plans.contains(&(k, cap));
         let mut summary = None;
+        let derived = match (compiled_before, self.session.one_token.take()) {
+            (true, kept) => {
+                self.session.one_token = kept;
+                None
+            }
+            // The derivation that chose the states is this plan's (same k, capacity, states).
+            (false, Some(one)) if k == 1 => Some(one),
+            (false, kept) => {
+                self.session.one_token = kept;
+                Some(derive_step(self, k, cap, self.session.names.clone())?)
+            }
+        };
+        let s = &mut self.session;
         let exe = s.plans.get_or_compile((k, cap), self.weights.clone(), || {
-            let full = build_graph(config, &**file, cap, Logits::Last)?;
-            let inc = derive(&full, &spec, &tg_compiler::KernelCost::default())?;
+            let inc = derived.ok_or_else(|| ModelError::Request("internal: no derived graph for an uncached plan".into()))?;
             summary = Some(inc.summary());
             Ok(inc.graph)
         })?;
