@@ -8,13 +8,12 @@
 //! wraps whichever model the compile uses to record every key it is asked about, which is
 //! how `tg profile` knows what to measure.
 
-use crate::lower::{broadcast_view, fused_kernel};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tg_egraph::CostModel;
 use tg_ir::{DType, Op};
 use tg_profile::{Fingerprint, Profile, ProfileError, ProfileKey};
-use tg_runtime::{Kernel, Layout};
+use tg_runtime::{Kernel, Layout, Operand};
 
 /// Where the planner's kernel times come from.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +119,7 @@ impl CostModel for Recording<'_> {
     fn name(&self) -> String {
         self.inner.name()
     }
-    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64 {
         if let Some(k) = key_of(op, out, ins, self.device, self.threads, self.quantize_activations) {
             if let Ok(mut v) = self.keys.lock() {
                 v.push(k);
@@ -137,7 +136,7 @@ impl CostModel for Lent<'_> {
     fn name(&self) -> String {
         self.0.name()
     }
-    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64 {
         self.0.node_cost(op, out, ins)
     }
 }
@@ -147,7 +146,7 @@ impl CostModel for MeasuredCost {
         "measured-profile".into()
     }
 
-    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64 {
         match op {
             Op::Input { .. } | Op::Weight { .. } | Op::State { .. } => return 0.0,
             Op::Reshape | Op::Expand | Op::Slice { .. } => return VIEW_NS,
@@ -163,54 +162,22 @@ impl CostModel for MeasuredCost {
     }
 }
 
-/// The profile key of the kernel lowering gives `op` on contiguous operands of shapes and
-/// dtypes `ins`, writing `out`; `None` for ops that are not kernels (sources, views).
-pub fn key_of(op: &Op, (os, od): (&[usize], DType), ins: &[(&[usize], DType)], device: &str, threads: usize, quantize_activations: bool) -> Option<ProfileKey> {
-    let c = |(s, d): (&[usize], DType)| Layout::contiguous(s, d);
+/// The profile key of the kernel lowering gives `op` on contiguous operands `ins`, writing
+/// `out` (the choice is [`tg_runtime::select`], the one lowering makes); `None` for ops that
+/// are not kernels (sources, views).
+pub fn key_of(op: &Op, (os, od): (&[usize], DType), ins: &[Operand], device: &str, threads: usize, quantize_activations: bool) -> Option<ProfileKey> {
     let out = Layout::contiguous(os, od);
     let (kernel, inputs) = match op {
-        Op::Input { .. } | Op::Weight { .. } | Op::State { .. } | Op::Reshape | Op::Expand | Op::Slice { .. } => return None,
-        Op::StoreRows { axis } => (Kernel::StoreRows { axis: *axis }, vec![c(*ins.get(1)?), c(*ins.get(2)?)]),
         // A permute is a view, but almost every reader (matmuls, fused kernels) needs it
         // contiguous, and lowering then copies it: cost it as that copy, so that a plan with
         // transposes is not measured as free.
         Op::Permute { perm } => {
-            let (s, d) = *ins.first()?;
-            let src = Layout::contiguous(s, d);
-            let view = Layout { shape: perm.iter().map(|&p| src.shape[p]).collect(), strides: perm.iter().map(|&p| src.strides[p]).collect(), offset: 0, dtype: d };
+            let o = ins.first()?;
+            let src = Layout::contiguous(o.shape, o.dtype);
+            let view = Layout { shape: perm.iter().map(|&p| src.shape[p]).collect(), strides: perm.iter().map(|&p| src.strides[p]).collect(), offset: 0, dtype: o.dtype };
             (Kernel::Copy, vec![view])
         }
-        Op::Constant { bits } => (Kernel::Fill { bits: *bits }, vec![]),
-        Op::Iota { axis } => (Kernel::Iota { axis: *axis }, vec![]),
-        Op::Unary(u) => (Kernel::Unary(*u), ins.iter().copied().map(c).collect()),
-        Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => {
-            let k = match op {
-                Op::Binary(b) => Kernel::Binary(*b),
-                Op::Compare(x) => Kernel::Compare(*x),
-                Op::Where => Kernel::Where,
-                _ => Kernel::Cast,
-            };
-            (k, ins.iter().map(|&i| broadcast_view(&c(i), os)).collect())
-        }
-        Op::Reduce { op, axis } => (Kernel::Reduce { op: *op, axis: *axis }, ins.iter().copied().map(c).collect()),
-        Op::MatMul { transpose_rhs } => {
-            let (a, b) = (*ins.first()?, *ins.get(1)?);
-            if matches!(b.1, DType::Quant(_)) || (*transpose_rhs && b.0.len() == 2 && a.0.len() >= 2) {
-                (Kernel::MatMulQuant { quantize_activations }, vec![c(a), c(b)])
-            } else {
-                let r = os.len();
-                let expand = |(s, d): (&[usize], DType)| {
-                    let mut e = os[..r - 2].to_vec();
-                    e.extend_from_slice(&s[s.len() - 2..]);
-                    broadcast_view(&Layout::contiguous(s, d), &e)
-                };
-                (Kernel::MatMul { transpose_rhs: *transpose_rhs }, vec![expand(a), expand(b)])
-            }
-        }
-        Op::MatMulAdd { .. } => (Kernel::MatMulQuantAdd { quantize_activations }, ins.iter().copied().map(c).collect()),
-        Op::Concat { axis } => (Kernel::Concat { axis: *axis }, ins.iter().copied().map(c).collect()),
-        Op::Gather => (Kernel::Gather, ins.iter().copied().map(c).collect()),
-        _ => (fused_kernel(op)?, ins.iter().copied().map(c).collect()),
+        _ => tg_runtime::select(op, ins, os, quantize_activations)?,
     };
     Some(ProfileKey::new(kernel, inputs, out, device, threads))
 }

@@ -39,7 +39,7 @@
 //! shown (a mean over the sequence, a bidirectional mask) is refused with an error.
 use crate::CompileError;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use tg_egraph::CostModel;
+use tg_egraph::{CostModel, Operand};
 use tg_ir::{BinaryOp, CmpOp, DType, Graph, GraphBuilder, NodeId, Op, ReduceOp, Tensor, UnaryOp};
 
 /// Name of the run-time input holding `pos`, the index of the first new row (i32, `[1]`).
@@ -489,8 +489,8 @@ impl Deriver<'_> {
             let (rows, _) = self.cost(v, &nr)?;
             let shape = self.dshape(v, &nr);
             let state = self.dshape(v, req);
-            let off: (&[usize], DType) = (&[1], DType::I32);
-            let c = self.model.node_cost(&Op::StoreRows { axis: 0 }, (&state, n.dtype), &[(&state, n.dtype), (&shape, n.dtype), off]);
+            let off = Operand::value(&[1], DType::I32);
+            let c = self.model.node_cost(&Op::StoreRows { axis: 0 }, (&state, n.dtype), &[Operand::value(&state, n.dtype), Operand::value(&shape, n.dtype), off]);
             Some(rows + c)
         } else {
             None
@@ -507,9 +507,9 @@ impl Deriver<'_> {
             let mut ins = Vec::new();
             for (&x, q) in n.inputs.iter().zip(&reqs) {
                 total += self.cost(x, q)?.0;
-                ins.push((self.dshape(x, q), self.g.nodes[x].dtype));
+                ins.push((self.dshape(x, q), self.g.nodes[x].dtype, matches!(self.g.nodes[x].op, Op::Weight { .. })));
             }
-            let ins_ref: Vec<(&[usize], DType)> = ins.iter().map(|(s, d)| (s.as_slice(), *d)).collect();
+            let ins_ref: Vec<Operand> = ins.iter().map(|(s, d, w)| Operand { shape: s.as_slice(), dtype: *d, weight: *w }).collect();
             let out = self.dshape(v, req);
             Some(total + self.model.node_cost(&n.op, (&out, n.dtype), &ins_ref))
         };

@@ -259,7 +259,13 @@ pub fn planning_keys(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileO
     Ok(keys)
 }
 
-/// Compiles `graph` for `devices` (the first is used for every step in this baseline).
+/// The device of `devices` every step of a plan runs on: the first. Placing work across
+/// several devices (transfers, concurrent queues) is the planner's next step; until then the
+/// other devices of the list are carried in the plan but given no steps.
+const TARGET: usize = 0;
+
+/// Compiles `graph` for `devices`: every step on the first device (see [`TARGET`]), fused
+/// ops where its kernel registry implements them.
 pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Compiled, CompileError> {
     compile_inner(graph, devices, opts, None)
 }
@@ -269,9 +275,7 @@ pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions
 fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions, record: Option<&mut Vec<tg_profile::ProfileKey>>) -> Result<Compiled, CompileError> {
     let mut report = CompileReport { cost_source: opts.cost.describe(), ..Default::default() };
     let skipped = |name: &str| StageReport { name: name.into(), ran: false, micros: 0, summary: String::new() };
-    if devices.is_empty() {
-        return Err(CompileError::Options("no devices to compile for".into()));
-    }
+    let target = devices.get(TARGET).ok_or_else(|| CompileError::Options("no devices to compile for".into()))?;
 
     let t = Timer::start();
     tg_ir::verify(graph)?;
@@ -293,7 +297,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     let graph = if opts.on("rewrite") {
         let t = Timer::start();
         let q8 = opts.numerics == Numerics::Q8Activations;
-        let (dev, threads) = (devices[0].name(), devices[0].threads());
+        let (dev, threads) = (target.name(), target.threads());
         let estimate = tg_egraph::KernelCost::default();
         let measured;
         let base: &dyn tg_egraph::CostModel = match &opts.cost {
@@ -304,7 +308,9 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
             }
         };
         let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
-        let (g, r) = rewrite::run(graph, &opts.rewrite, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
+        let mut ropts = opts.rewrite.clone();
+        ropts.targets = tg_egraph::Targets(vec![target.clone()]);
+        let (g, r) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
         if let (Some(out), Some(rec)) = (record, recording) {
             out.extend(rec.keys.into_inner().unwrap_or_default());
         }
@@ -324,7 +330,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
 
     let t = Timer::start();
     let views = opts.on("views");
-    let prog = lower::lower(graph, devices, views, opts.numerics == Numerics::Q8Activations)?;
+    let prog = lower::lower(graph, devices, TARGET, views, opts.numerics == Numerics::Q8Activations)?;
     report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
     report.stages.push(if views {
         StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted", prog.n_views, prog.n_copies) }
@@ -334,7 +340,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     report.stages.push(StageReport { name: "schedule".into(), ran: true, micros: 0, summary: format!("{} steps in topological order", prog.steps.len()) });
 
     let t = Timer::start();
-    let (plan, pack) = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
+    let (plan, pack) = memory::assign(prog, devices, TARGET, opts.alignment, opts.on("memory"));
     let arena: usize = plan.arenas.iter().map(|a| a.bytes).sum();
     let total: usize = plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::Arena { .. })).map(|b| b.bytes).sum();
     report.stages.push(if opts.on("memory") {
@@ -364,7 +370,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         report.stages.push(skipped("validate"));
     }
     if let CostSource::Profile(p) = &opts.cost {
-        let e = p.estimate_plan(&plan, devices[0].threads());
+        let e = p.estimate_plan(&plan, target.threads());
         report.prediction = Some(PlanPrediction {
             total_ns: e.total_ns,
             fallback_ns: e.fallback_ns,

@@ -3,9 +3,9 @@
 
 use crate::CompileError;
 use std::sync::Arc;
-use tg_ir::shape::{broadcast_strides, contiguous_strides};
+use tg_ir::shape::contiguous_strides;
 use tg_ir::{DType, Graph, Node, Op};
-use tg_runtime::{Device, Kernel, Layout, Step, TensorRef};
+use tg_runtime::{Device, Kernel, Layout, Operand, Step, TensorRef};
 
 /// Kind of a buffer before memory assignment.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,43 +45,52 @@ impl Program {
     }
 }
 
-fn bytes_of(shape: &[usize], dtype: DType) -> usize {
+/// Bytes of a value of `shape` and `dtype`, or `None` when that overflows (verification
+/// refuses such graphs; this keeps lowering honest on its own).
+pub(crate) fn bytes_of(shape: &[usize], dtype: DType) -> Option<usize> {
+    let count = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     match dtype {
         DType::Quant(t) => {
-            let rows: usize = shape[..shape.len() - 1].iter().product();
-            rows * t.row_bytes(*shape.last().unwrap_or(&0)).unwrap_or(0)
+            let (&k, rows) = shape.split_last()?;
+            count(rows)?.checked_mul(t.row_bytes(k).ok()?)
         }
-        DType::F32 | DType::I32 => shape.iter().product::<usize>() * 4,
-        DType::Bool => shape.iter().product::<usize>(),
+        DType::F32 | DType::I32 => count(shape)?.checked_mul(4),
+        DType::Bool => count(shape),
     }
 }
 
 /// A view of `src` broadcast to `shape` (stride 0 on broadcast dims).
 pub(crate) fn broadcast_view(src: &Layout, shape: &[usize]) -> Layout {
-    let off = shape.len() - src.shape.len();
-    let bs = broadcast_strides(&src.shape, shape);
-    let strides = (0..shape.len()).map(|i| if bs[i] == 0 || i < off { 0 } else { src.strides[i - off] }).collect();
-    Layout { shape: shape.to_vec(), strides, offset: src.offset, dtype: src.dtype }
+    tg_runtime::broadcast_layout(src, shape)
+}
+
+/// What kernel selection knows about the operands of node `n` of `g`.
+pub(crate) fn operands<'g>(g: &'g Graph, n: &Node) -> Vec<Operand<'g>> {
+    n.inputs.iter().map(|&x| Operand { shape: &g.nodes[x].shape, dtype: g.nodes[x].dtype, weight: matches!(g.nodes[x].op, Op::Weight { .. }) }).collect()
 }
 
 struct Lowerer<'a> {
-    devices: &'a [Arc<dyn Device>],
+    /// The device every step runs on (index into the plan's devices).
+    device: usize,
+    dev: &'a Arc<dyn Device>,
     quantize_activations: bool,
     prog: Program,
     refs: Vec<Option<TensorRef>>,
 }
 
 impl Lowerer<'_> {
-    fn new_buffer(&mut self, kind: VKind, bytes: usize, node: usize) -> usize {
+    fn new_buffer(&mut self, kind: VKind, shape: &[usize], dtype: DType, node: usize) -> Result<usize, CompileError> {
+        let bytes =
+            bytes_of(shape, dtype).ok_or_else(|| CompileError::Unsupported { node, op: "buffer".into(), reason: format!("the size of a {dtype} {shape:?} value overflows") })?;
         self.prog.buffers.push(VBuf { kind, bytes, node });
-        self.prog.buffers.len() - 1
+        Ok(self.prog.buffers.len() - 1)
     }
 
     /// Emits a step writing a fresh contiguous buffer; tries the operands as given, then
     /// with every non-contiguous operand copied.
     fn emit(&mut self, node: usize, n: &Node, kernel: Kernel, mut ins: Vec<TensorRef>, shape: &[usize], dtype: DType) -> Result<TensorRef, CompileError> {
         let out_layout = Layout::contiguous(shape, dtype);
-        let dev = &self.devices[0];
+        let dev = self.dev;
         let layouts: Vec<Layout> = ins.iter().map(|t| t.layout.clone()).collect();
         if let Err(first) = dev.supports(&kernel, &layouts, &out_layout) {
             let mut changed = false;
@@ -90,7 +99,7 @@ impl Lowerer<'_> {
                     if matches!(t.layout.dtype, DType::Quant(_)) {
                         continue;
                     }
-                    *t = self.copy(node, t.clone());
+                    *t = self.copy(node, t.clone())?;
                     changed = true;
                 }
             }
@@ -100,20 +109,22 @@ impl Lowerer<'_> {
             }
             dev.supports(&kernel, &layouts, &out_layout).map_err(|reason| CompileError::Unsupported { node, op: n.op.name(), reason })?;
         }
-        let buf = self.new_buffer(VKind::Arena, bytes_of(shape, dtype), node);
+        let buf = self.new_buffer(VKind::Arena, shape, dtype, node)?;
         let out = TensorRef { buffer: buf, layout: out_layout };
-        self.prog.steps.push(Step { kernel, device: 0, inputs: ins, output: out.clone(), node });
+        self.prog.steps.push(Step { kernel, device: self.device, inputs: ins, output: out.clone(), node });
         Ok(out)
     }
 
     /// Materialises a view contiguously.
-    fn copy(&mut self, node: usize, src: TensorRef) -> TensorRef {
+    fn copy(&mut self, node: usize, src: TensorRef) -> Result<TensorRef, CompileError> {
         let layout = Layout::contiguous(&src.layout.shape, src.layout.dtype);
-        let buf = self.new_buffer(VKind::Arena, bytes_of(&layout.shape, layout.dtype), node);
+        let buf = self.new_buffer(VKind::Arena, &layout.shape, layout.dtype, node)?;
         let out = TensorRef { buffer: buf, layout };
-        self.prog.steps.push(Step { kernel: Kernel::Copy, device: 0, inputs: vec![src], output: out.clone(), node });
+        let kernel = Kernel::Copy;
+        self.dev.supports(&kernel, std::slice::from_ref(&src.layout), &out.layout).map_err(|reason| CompileError::Unsupported { node, op: "copy".into(), reason })?;
+        self.prog.steps.push(Step { kernel, device: self.device, inputs: vec![src], output: out.clone(), node });
         self.prog.n_copies += 1;
-        out
+        Ok(out)
     }
 
     fn operand(&self, id: usize) -> TensorRef {
@@ -121,10 +132,13 @@ impl Lowerer<'_> {
     }
 }
 
-/// Lowers every node of `g` (which must be verified) to steps and views.
-pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantize_activations: bool) -> Result<Program, CompileError> {
+/// Lowers every node of `g` (which must be verified) to steps and views, every step on
+/// device `device` of `devices`.
+pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], device: usize, views: bool, quantize_activations: bool) -> Result<Program, CompileError> {
+    let dev = devices.get(device).ok_or_else(|| CompileError::Options(format!("no device {device}")))?;
     let mut l = Lowerer {
-        devices,
+        device,
+        dev,
         quantize_activations,
         prog: Program { buffers: vec![], steps: vec![], inputs: vec![], outputs: vec![], n_views: 0, n_copies: 0 },
         refs: vec![None; g.nodes.len()],
@@ -133,17 +147,17 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
         let shape = n.shape.as_slice();
         let r = match &n.op {
             Op::Input { name } => {
-                let buf = l.new_buffer(VKind::Arena, bytes_of(shape, n.dtype), i);
+                let buf = l.new_buffer(VKind::Arena, shape, n.dtype, i)?;
                 let t = TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) };
                 l.prog.inputs.push((name.clone(), t.clone()));
                 t
             }
             Op::Weight { name } => {
-                let buf = l.new_buffer(VKind::Weight(name.clone()), bytes_of(shape, n.dtype), i);
+                let buf = l.new_buffer(VKind::Weight(name.clone()), shape, n.dtype, i)?;
                 TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) }
             }
             Op::State { name } => {
-                let buf = l.new_buffer(VKind::State(name.clone()), bytes_of(shape, n.dtype), i);
+                let buf = l.new_buffer(VKind::State(name.clone()), shape, n.dtype, i)?;
                 TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) }
             }
             Op::StoreRows { axis } => {
@@ -153,13 +167,13 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                 let state = l.operand(n.inputs[0]);
                 let mut rows = l.operand(n.inputs[1]);
                 if !rows.layout.is_contiguous() {
-                    rows = l.copy(i, rows);
+                    rows = l.copy(i, rows)?;
                 }
                 let off = l.operand(n.inputs[2]);
                 let kernel = Kernel::StoreRows { axis: *axis };
                 let layouts = [rows.layout.clone(), off.layout.clone()];
-                l.devices[0].supports(&kernel, &layouts, &state.layout).map_err(|reason| CompileError::Unsupported { node: i, op: n.op.name(), reason })?;
-                l.prog.steps.push(Step { kernel, device: 0, inputs: vec![rows, off], output: state.clone(), node: i });
+                l.dev.supports(&kernel, &layouts, &state.layout).map_err(|reason| CompileError::Unsupported { node: i, op: n.op.name(), reason })?;
+                l.prog.steps.push(Step { kernel, device: l.device, inputs: vec![rows, off], output: state.clone(), node: i });
                 state
             }
             Op::Constant { bits } => l.emit(i, n, Kernel::Fill { bits: *bits }, vec![], shape, n.dtype)?,
@@ -192,9 +206,8 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
             Op::MatMul { transpose_rhs } => {
                 let a = l.operand(n.inputs[0]);
                 let b = l.operand(n.inputs[1]);
-                let rhs = &g.nodes[n.inputs[1]];
-                let weight_rhs = matches!(rhs.op, Op::Weight { .. }) && rhs.shape.len() == 2 && *transpose_rhs;
-                if weight_rhs || matches!(rhs.dtype, DType::Quant(_)) {
+                let ops = operands(g, n);
+                if tg_runtime::registry::matmul_reads_weight(&ops[1], *transpose_rhs) {
                     l.emit(i, n, Kernel::MatMulQuant { quantize_activations: l.quantize_activations }, vec![a, b], shape, n.dtype)?
                 } else {
                     let r = shape.len();
@@ -222,12 +235,12 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
                     // Views switched off: every data-movement op materialises its result.
                     let v = view_of(&n.op, &src.layout, shape, true).expect("contiguous source always views");
                     let t = TensorRef { buffer: src.buffer, layout: v };
-                    l.copy(i, t)
+                    l.copy(i, t)?
                 } else {
                     let v = match view_of(&n.op, &src.layout, shape, false) {
                         Some(v) => v,
                         None => {
-                            src = l.copy(i, src);
+                            src = l.copy(i, src)?;
                             view_of(&n.op, &src.layout, shape, true).expect("contiguous source always views")
                         }
                     };
@@ -253,7 +266,11 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
             | Op::Attention { .. }
             | Op::AddRmsNorm { .. }
             | Op::AttentionSeqMajor { .. } => {
-                let k = fused_kernel(&n.op).ok_or_else(|| CompileError::Unsupported { node: i, op: n.op.name(), reason: "no kernel".into() })?;
+                let k = tg_runtime::select(&n.op, &operands(g, n), shape, l.quantize_activations).map(|(k, _)| k).ok_or_else(|| CompileError::Unsupported {
+                    node: i,
+                    op: n.op.name(),
+                    reason: "no kernel".into(),
+                })?;
                 // Fused kernels read their operands as plain rows: `emit` copies any
                 // operand that is not contiguous.
                 let ins: Vec<TensorRef> = n.inputs.iter().map(|&x| l.operand(x)).collect();
@@ -267,22 +284,6 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], views: bool, quantiz
         l.prog.outputs.push((name.clone(), t));
     }
     Ok(l.prog)
-}
-
-/// The kernel of a fused op (`None` for the primitive ops).
-pub(crate) fn fused_kernel(op: &Op) -> Option<Kernel> {
-    Some(match op {
-        Op::RmsNorm { eps_bits } => Kernel::RmsNorm { eps_bits: *eps_bits },
-        Op::RopeNeox => Kernel::RopeNeox,
-        Op::RmsNormRopeNeox { eps_bits } => Kernel::RmsNormRopeNeox { eps_bits: *eps_bits },
-        Op::GeluTanh => Kernel::GeluTanh,
-        Op::GatedGelu => Kernel::GatedGelu,
-        Op::Softmax => Kernel::Softmax,
-        Op::Attention { scale_bits } => Kernel::Attention { scale_bits: *scale_bits },
-        Op::AddRmsNorm { eps_bits } => Kernel::AddRmsNorm { eps_bits: *eps_bits },
-        Op::AttentionSeqMajor { scale_bits } => Kernel::AttentionSeqMajor { scale_bits: *scale_bits },
-        _ => return None,
-    })
 }
 
 /// The layout of a view op applied to `src`, or `None` when it cannot be expressed as a

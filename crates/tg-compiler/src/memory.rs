@@ -26,7 +26,9 @@ pub(crate) struct PackStats {
     pub optimal: bool,
 }
 
-pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> (Plan, PackStats) {
+/// Arena offsets for the buffers of `prog`, whose steps all run on device `device`: one
+/// arena, on that device.
+pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, align: usize, reuse: bool) -> (Plan, PackStats) {
     let nb = prog.buffers.len();
     let mut first: Vec<Option<usize>> = vec![None; nb];
     let mut last: Vec<Option<usize>> = vec![None; nb];
@@ -112,8 +114,8 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
         .map(|(b, v)| BufferDesc {
             storage: match &v.kind {
                 VKind::Arena => Storage::Arena { arena: 0, offset: offsets[b] },
-                VKind::Weight(name) => Storage::Weight { name: name.clone() },
-                VKind::State(name) => Storage::State { name: name.clone() },
+                VKind::Weight(name) => Storage::Weight { name: name.clone(), device },
+                VKind::State(name) => Storage::State { name: name.clone(), device },
             },
             bytes: v.bytes,
             node: v.node,
@@ -123,8 +125,8 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
         })
         .collect();
     let plan = Plan {
-        devices: devices.iter().take(1).map(|d| d.name().to_string()).collect(),
-        arenas: vec![ArenaDesc { device: 0, bytes: top.max(align) }],
+        devices: devices.iter().map(|d| d.name().to_string()).collect(),
+        arenas: vec![ArenaDesc { device, bytes: top.max(align) }],
         buffers,
         steps: prog.steps,
         inputs: prog.inputs,

@@ -95,7 +95,14 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
     let mut live: Vec<(usize, usize, usize, usize, usize)> = Vec::new(); // (arena, lo, hi, start, end)
     for b in 0..nb {
         if let Storage::Arena { arena, offset } = plan.buffers[b].storage {
-            let start = if is_input[b] { 0 } else { match writer[b] { Some(w) => w, None => continue } };
+            let start = if is_input[b] {
+                0
+            } else {
+                match writer[b] {
+                    Some(w) => w,
+                    None => continue,
+                }
+            };
             let stop = if is_output[b] || plan.buffers[b].persistent { end } else { last_read[b].unwrap_or(start).max(start) };
             live.push((arena, offset, offset + plan.buffers[b].bytes, start, stop));
             let _ = b;
@@ -105,10 +112,7 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
         for j in i + 1..live.len() {
             let (a, b) = (live[i], live[j]);
             if a.0 == b.0 && a.1 < b.2 && b.1 < a.2 && a.3 <= b.4 && b.3 <= a.4 {
-                return bad(format!(
-                    "buffers at [{}, {}) live steps {}..={} and [{}, {}) live steps {}..={} overlap in arena {}",
-                    a.1, a.2, a.3, a.4, b.1, b.2, b.3, b.4, a.0
-                ));
+                return bad(format!("buffers at [{}, {}) live steps {}..={} and [{}, {}) live steps {}..={} overlap in arena {}", a.1, a.2, a.3, a.4, b.1, b.2, b.3, b.4, a.0));
             }
         }
     }

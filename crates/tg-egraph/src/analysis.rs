@@ -23,6 +23,37 @@ pub struct ClassData {
     /// True when the value does not depend on any runtime input (only on weights,
     /// constants and iotas), so it could be computed once per plan.
     pub input_free: bool,
+    /// True when the class holds a weight (`Op::Weight`): kernel selection reads weights in
+    /// place (`tg_runtime::registry::matmul_reads_weight`).
+    pub weight: bool,
+}
+
+/// The devices a rewrite targets: a fused op is offered only where one of their kernel
+/// registries implements it on the operands' shapes. Empty means the CPU.
+#[derive(Clone, Default)]
+pub struct Targets(pub Vec<std::sync::Arc<dyn tg_runtime::Device>>);
+
+impl std::fmt::Debug for Targets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|d| d.name()).collect();
+        write!(f, "Targets({names:?})")
+    }
+}
+
+impl PartialEq for Targets {
+    fn eq(&self, other: &Targets) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(&other.0).all(|(a, b)| a.name() == b.name())
+    }
+}
+
+impl Targets {
+    /// Whether some target runs the kernel of `op` on contiguous operands `ins` writing `out`.
+    pub fn accept(&self, op: &Op, ins: &[tg_runtime::Operand], out: (&[usize], DType)) -> bool {
+        if self.0.is_empty() {
+            return tg_runtime::cpu_registry().accepts_op(op, ins, out, false);
+        }
+        self.0.iter().any(|d| d.registry().accepts_op(op, ins, out, false))
+    }
 }
 
 /// The analysis: computes [`ClassData`] for new nodes and merges it monotonically.
@@ -32,6 +63,8 @@ pub struct TensorAnalysis {
     /// whose types or constant values differ. Non-empty means a rule is unsound or a guard
     /// is missing; [`crate::saturate`] stops and reports them.
     pub errors: Vec<String>,
+    /// The devices whose kernel registries guard the fusion rules.
+    pub targets: Targets,
 }
 
 impl TensorAnalysis {
@@ -59,7 +92,7 @@ impl Analysis<ENode> for TensorAnalysis {
             Op::Constant { bits } if shape.is_empty() => Some(f64::from_bits(bits)),
             _ => None,
         };
-        ClassData { shape, dtype, constant, input_free }
+        ClassData { shape, dtype, constant, input_free, weight: matches!(enode.op, Op::Weight { .. }) }
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
@@ -82,6 +115,14 @@ impl Analysis<ENode> for TensorAnalysis {
             }
             (Some(_), None) => changed_b = true,
             (None, None) => {}
+        }
+        if a.weight != b.weight {
+            if b.weight {
+                a.weight = true;
+                changed_a = true;
+            } else {
+                changed_b = true;
+            }
         }
         if a.input_free != b.input_free {
             if b.input_free {

@@ -5,7 +5,7 @@
 //! estimate.
 
 use crate::convert::Choice;
-use crate::{ENode, EgraphError, TEGraph};
+use crate::{ENode, EgraphError, Operand, TEGraph};
 use egg::Id;
 use std::collections::HashMap;
 use tg_ir::{DType, Graph, Op, UnaryOp};
@@ -16,7 +16,7 @@ pub trait CostModel {
     fn name(&self) -> String;
     /// Cost of `op` producing `out` from operands `ins` (shape and dtype each). Must be
     /// non-negative, and positive for every op with operands.
-    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[(&[usize], DType)]) -> f64;
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64;
 }
 
 /// Kernel cost estimate in nanoseconds: a launch overhead, plus bytes moved over a
@@ -62,23 +62,23 @@ impl CostModel for KernelCost {
         "kernel-cost".into()
     }
 
-    fn node_cost(&self, op: &Op, (os, od): (&[usize], DType), ins: &[(&[usize], DType)]) -> f64 {
+    fn node_cost(&self, op: &Op, (os, od): (&[usize], DType), ins: &[Operand]) -> f64 {
         let n = numel(os);
-        let moved = bytes(os, od) + ins.iter().map(|&(s, d)| bytes(s, d)).sum::<f64>();
+        let moved = bytes(os, od) + ins.iter().map(|o| bytes(o.shape, o.dtype)).sum::<f64>();
         let kernel = |flops: f64| self.launch_ns + moved / self.bytes_per_ns + flops / self.flops_per_ns;
         match op {
             Op::Input { .. } | Op::Weight { .. } | Op::State { .. } => 0.0,
             // Writes the new rows into the state in place: only the rows move.
-            Op::StoreRows { .. } => self.launch_ns + 2.0 * ins.get(1).map_or(0.0, |&(s, d)| bytes(s, d)) / self.bytes_per_ns,
+            Op::StoreRows { .. } => self.launch_ns + 2.0 * ins.get(1).map_or(0.0, |o| bytes(o.shape, o.dtype)) / self.bytes_per_ns,
             Op::Constant { .. } => self.launch_ns * 0.1,
             Op::Iota { .. } => kernel(n),
             Op::Reshape | Op::Expand | Op::Slice { .. } => self.view_ns,
             Op::Permute { .. } => 2.0 * self.view_ns,
             Op::Unary(u) => kernel(n * if matches!(u, UnaryOp::Neg | UnaryOp::Abs) { 1.0 } else { 10.0 }),
             Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => kernel(n),
-            Op::Reduce { .. } => kernel(ins.first().map_or(n, |(s, _)| numel(s))),
+            Op::Reduce { .. } => kernel(ins.first().map_or(n, |o| numel(o.shape))),
             Op::MatMul { .. } | Op::MatMulAdd { .. } => {
-                let k = ins.first().and_then(|(s, _)| s.last()).copied().unwrap_or(1) as f64;
+                let k = ins.first().and_then(|o| o.shape.last()).copied().unwrap_or(1) as f64;
                 kernel(2.0 * n * k)
             }
             Op::Concat { .. } | Op::Gather => kernel(0.0),
@@ -94,7 +94,7 @@ impl CostModel for KernelCost {
                 // scores q·kᵀ, softmax and p·v without materialising the scores.
                 let sq = if matches!(op, Op::AttentionSeqMajor { .. }) { os[0] } else { os[os.len() - 2] } as f64;
                 let d = os[os.len() - 1] as f64;
-                let sk = ins.get(1).map_or(1.0, |(s, _)| s[s.len() - 2] as f64);
+                let sk = ins.get(1).map_or(1.0, |o| o.shape[o.shape.len() - 2] as f64);
                 let batch = n / (sq * d).max(1.0);
                 kernel(batch * sq * sk * (4.0 * d + 13.0))
             }
@@ -110,7 +110,8 @@ pub fn graph_cost(g: &Graph, model: &dyn CostModel) -> f64 {
         .enumerate()
         .filter(|(i, _)| live[*i])
         .map(|(_, n)| {
-            let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();
+            let ins: Vec<Operand> =
+                n.inputs.iter().map(|&x| Operand { shape: &g.nodes[x].shape, dtype: g.nodes[x].dtype, weight: matches!(g.nodes[x].op, Op::Weight { .. }) }).collect();
             model.node_cost(&n.op, (&n.shape, n.dtype), &ins)
         })
         .sum()
@@ -202,7 +203,7 @@ impl Dense {
                     .nodes
                     .iter()
                     .map(|n| {
-                        let ins: Vec<(&[usize], DType)> = n.children.iter().map(|&ch| (eg[ch].data.shape.as_slice(), eg[ch].data.dtype)).collect();
+                        let ins = crate::operands(eg, n);
                         let own = model.node_cost(&n.op, (&class.data.shape, class.data.dtype), &ins);
                         let mut kids: Vec<usize> = n.children.iter().map(|&ch| index[&eg.find(ch)]).collect();
                         kids.sort_unstable();
@@ -382,7 +383,7 @@ pub fn choice_cost(egraph: &TEGraph, roots: &[Id], choice: &Choice, model: &dyn 
         let Some(n): Option<&ENode> = choice.get(&c) else {
             continue;
         };
-        let ins: Vec<(&[usize], DType)> = n.children.iter().map(|&ch| (egraph[ch].data.shape.as_slice(), egraph[ch].data.dtype)).collect();
+        let ins = crate::operands(egraph, n);
         total += model.node_cost(&n.op, (&egraph[c].data.shape, egraph[c].data.dtype), &ins);
         stack.extend(n.children.iter().map(|&ch| egraph.find(ch)));
     }

@@ -42,7 +42,13 @@ mod plan;
 pub mod rules;
 mod saturate;
 
-pub use analysis::{ClassData, TEGraph, TensorAnalysis};
+pub use analysis::{ClassData, TEGraph, Targets, TensorAnalysis};
+pub use tg_runtime::Operand;
+
+/// What kernel selection knows about the children of e-node `n`: shape, dtype, whether a weight.
+pub(crate) fn operands<'a>(eg: &'a TEGraph, n: &ENode) -> Vec<Operand<'a>> {
+    n.children.iter().map(|&ch| Operand { shape: &eg[ch].data.shape, dtype: eg[ch].data.dtype, weight: eg[ch].data.weight }).collect()
+}
 pub use convert::{build_graph, canonical_outputs, enode_of, load, Choice, Loaded};
 pub use egg::Id;
 pub use extract::{graph_cost, CostModel, Extraction, Extractor, GreedyDagExtractor, KernelCost, Proof};

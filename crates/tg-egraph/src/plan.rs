@@ -54,7 +54,7 @@ pub fn planning_problem(egraph: &TEGraph, roots: &[Id], model: &dyn CostModel) -
             let options = if source.is_some() {
                 Vec::new()
             } else {
-                let ins: Vec<(&[usize], DType)> = n.children.iter().map(|&ch| (egraph[ch].data.shape.as_slice(), egraph[ch].data.dtype)).collect();
+                let ins = crate::operands(egraph, n);
                 let t = model.node_cost(&n.op, (&class.data.shape, class.data.dtype), &ins);
                 vec![tg_planner::ImplOption { kernel: n.op.name().to_string(), device: 0, time: (t.ceil() as u64).clamp(1, tg_planner::problem::MAX_TIME), alias: false }]
             };

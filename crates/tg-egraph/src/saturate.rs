@@ -26,11 +26,22 @@ pub struct RewriteOptions {
     pub match_limit: usize,
     /// Backoff scheduler: iterations a rule is banned for (doubling with every ban).
     pub ban_length: usize,
+    /// The devices the graph is compiled for: fusion rules offer a fused op only where one
+    /// of their kernel registries implements it (empty: the CPU).
+    pub targets: crate::Targets,
 }
 
 impl Default for RewriteOptions {
     fn default() -> Self {
-        RewriteOptions { disabled: BTreeSet::new(), iter_limit: 30, node_limit: 200_000, time_limit: Duration::from_millis(1500), match_limit: 2_000, ban_length: 3 }
+        RewriteOptions {
+            disabled: BTreeSet::new(),
+            iter_limit: 30,
+            node_limit: 200_000,
+            time_limit: Duration::from_millis(1500),
+            match_limit: 2_000,
+            ban_length: 3,
+            targets: crate::Targets::default(),
+        }
     }
 }
 
@@ -182,7 +193,8 @@ pub fn saturate(loaded: &mut Loaded, opts: &RewriteOptions) -> Result<Saturation
     let enabled: Vec<_> = rules.into_iter().filter(|r| opts.enabled(&r.info)).collect();
     let enodes_loaded = loaded.egraph.total_number_of_nodes();
     let t = Instant::now();
-    let egraph = std::mem::replace(&mut loaded.egraph, crate::TEGraph::new(TensorAnalysis::default()));
+    let mut egraph = std::mem::replace(&mut loaded.egraph, crate::TEGraph::new(TensorAnalysis::default()));
+    egraph.analysis.targets = opts.targets.clone();
     let runner: Runner<ENode, TensorAnalysis> = Runner::new(TensorAnalysis::default())
         .with_egraph(egraph)
         .with_iter_limit(opts.iter_limit)

@@ -64,10 +64,6 @@ mod ggml_type_serde {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<GgmlType, D::Error> {
         let name = String::deserialize(d)?;
-        GgmlType::ALL
-            .iter()
-            .copied()
-            .find(|t| t.name().eq_ignore_ascii_case(&name))
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown GGML type {name}")))
+        GgmlType::ALL.iter().copied().find(|t| t.name().eq_ignore_ascii_case(&name)).ok_or_else(|| serde::de::Error::custom(format!("unknown GGML type {name}")))
     }
 }

@@ -43,15 +43,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 pub fn broadcast_strides(src: &[usize], dst: &[usize]) -> Vec<isize> {
     let cs = contiguous_strides(src);
     let off = dst.len() - src.len();
-    (0..dst.len())
-        .map(|i| {
-            if i < off || src[i - off] == 1 && dst[i] != 1 {
-                0
-            } else {
-                cs[i - off]
-            }
-        })
-        .collect()
+    (0..dst.len()).map(|i| if i < off || src[i - off] == 1 && dst[i] != 1 { 0 } else { cs[i - off] }).collect()
 }
 
 /// Linear offsets (in elements) of every element of a strided view, in row-major order of

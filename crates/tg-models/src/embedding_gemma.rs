@@ -279,13 +279,7 @@ impl EmbeddingConfig {
                         other => return Err(bad(&p, format!("activation_function '{other}' is not supported (Identity, Tanh)"))),
                     };
                     let has_bias = v.get("bias").and_then(Value::as_bool).unwrap_or(true);
-                    dense.push(DenseLayer {
-                        in_features,
-                        out_features,
-                        weight: format!("{sub}/linear.weight"),
-                        bias: has_bias.then(|| format!("{sub}/linear.bias")),
-                        activation,
-                    });
+                    dense.push(DenseLayer { in_features, out_features, weight: format!("{sub}/linear.weight"), bias: has_bias.then(|| format!("{sub}/linear.bias")), activation });
                     width = out_features;
                 }
                 "sentence_transformers.models.Normalize" => {
@@ -464,6 +458,12 @@ impl EmbeddingGemma {
     /// Loads a sentence-transformers folder and checks every tensor the model needs (name,
     /// shape, dtype) before anything runs. The weights are mapped, not copied.
     pub fn load(dir: impl AsRef<Path>, threads: usize) -> Result<EmbeddingGemma, ModelError> {
+        let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
+        EmbeddingGemma::load_on(dir, device)
+    }
+
+    /// [`EmbeddingGemma::load`] with plans compiled for and run on `device`.
+    pub fn load_on(dir: impl AsRef<Path>, device: Arc<dyn Device>) -> Result<EmbeddingGemma, ModelError> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
             return Err(ModelError::Request(format!("{}: not a directory (expected a sentence-transformers model folder)", dir.display())));
@@ -475,11 +475,8 @@ impl EmbeddingGemma {
             files.push((format!("{sub}/"), dir.join(&sub).join("model.safetensors")));
         }
         let weights = Arc::new(SafetensorsWeights::open(&files)?);
-        let names = if weights.shape_of("embed_tokens.weight").is_ok() {
-            TensorNames::HuggingFace { prefix: String::new() }
-        } else {
-            TensorNames::HuggingFace { prefix: "model.".into() }
-        };
+        let names =
+            if weights.shape_of("embed_tokens.weight").is_ok() { TensorNames::HuggingFace { prefix: String::new() } } else { TensorNames::HuggingFace { prefix: "model.".into() } };
         for (name, shape) in config.encoder.expected_tensors_named(&names, true) {
             weights.check(&name, &shape, shape.len() == 1)?;
         }
@@ -496,7 +493,6 @@ impl EmbeddingGemma {
                 detail: format!("tokenizer has {} tokens, the embedding table {}", tokenizer.vocab_size(), config.encoder.n_vocab),
             });
         }
-        let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
         Ok(EmbeddingGemma { config, tokenizer, names, weights, plans: PlanCache::new(device), dir })
     }
 

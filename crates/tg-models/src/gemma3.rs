@@ -558,6 +558,13 @@ impl Gemma3 {
     /// Maps `path`, reads the configuration and tokenizer, and checks every tensor the
     /// model needs (name, shape, type) before anything runs.
     pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<Gemma3, ModelError> {
+        let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
+        Gemma3::load_on(path, device)
+    }
+
+    /// [`Gemma3::load`] with plans compiled for and run on `device` (its weights bound there
+    /// once, its kept states living there).
+    pub fn load_on(path: impl AsRef<Path>, device: Arc<dyn Device>) -> Result<Gemma3, ModelError> {
         let file = Arc::new(GgufFile::open(path.as_ref())?);
         let config = Gemma3Config::from_gguf(&file)?;
         for (name, shape) in config.expected_tensors() {
@@ -579,7 +586,6 @@ impl Gemma3 {
                 detail: format!("tokenizer has {} tokens, embedding table {}", tokenizer.vocab_size(), config.n_vocab),
             });
         }
-        let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
         let weights = Arc::new(GgufWeights::new(file.clone()));
         let session = crate::session::Session::new(device.clone());
         Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device), session })

@@ -6,7 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tg_ir::DType;
-use tg_runtime::{Device, Kernel, Layout};
+use tg_runtime::{Arg, Device, Kernel, Layout};
 
 /// How long and how often to run a key. The defaults suit `tg profile`; tests use smaller
 /// budgets.
@@ -277,23 +277,30 @@ pub fn bench(device: &dyn Device, key: &ProfileKey, opts: &BenchOptions) -> Resu
             bytes.copy_within(0..slot, c * slot);
         }
     }
-    let mut out = alloc(out_size)?;
+    let _ = alloc;
     let arena_buf = arena;
-    let arena = arena_buf.bytes();
+    // The operands live in the device's own memory, as the executor's arenas do.
+    let dev_alloc = |bytes: usize| device.alloc(bytes.max(1)).map_err(|_| ProfileError::Alloc { key: short.clone(), bytes });
+    let dev_arena = dev_alloc(arena_bytes)?;
+    device.write(&dev_arena, 0, &arena_buf.bytes()[..arena_bytes]).map_err(|e| ProfileError::Launch { key: short.clone(), seed, detail: e.to_string() })?;
+    let out = dev_alloc(out_size)?;
     // The operands of copy `c`, built per launch as the executor builds them per step.
-    let operands =
-        |c: usize| -> Vec<(&[u8], &Layout)> { offsets.iter().zip(&in_sizes).zip(&key.inputs).map(|((&at, &size), l)| (&arena[c * slot + at..c * slot + at + size], l)).collect() };
+    let operands = |c: usize| -> Vec<Arg> {
+        offsets.iter().zip(&in_sizes).zip(&key.inputs).map(|((&at, &size), l)| Arg { buffer: &dev_arena, offset: c * slot + at, bytes: size, layout: l }).collect()
+    };
     let mut times: Vec<f64> = Vec::new();
     let mut failure: Option<String> = None;
     let mut body = || {
         let mut next = 0usize;
-        let mut launch = |out: &mut Buf| {
+        // Each launch is waited for, so an asynchronous device is timed to completion.
+        let mut launch = || {
             let ins = operands(next % copies);
             next += 1;
-            device.launch(&key.kernel, &ins, (out.bytes_mut(), &key.output))
+            device.launch(0, &key.kernel, &ins, Arg { buffer: &out, offset: 0, bytes: out_size, layout: &key.output })?;
+            device.synchronize().map_err(|e| e.to_string())
         };
         for _ in 0..opts.warmup {
-            if let Err(e) = launch(&mut out) {
+            if let Err(e) = launch() {
                 failure = Some(e);
                 return;
             }
@@ -301,7 +308,7 @@ pub fn bench(device: &dyn Device, key: &ProfileKey, opts: &BenchOptions) -> Resu
         let start = Instant::now();
         loop {
             let t0 = Instant::now();
-            if let Err(e) = launch(&mut out) {
+            if let Err(e) = launch() {
                 failure = Some(e);
                 return;
             }

@@ -1,7 +1,7 @@
 //! What is measured: [`ProfileKey`], its kernel family and its [`work`].
 
 use serde::{Deserialize, Serialize};
-use tg_ir::{DType, UnaryOp};
+use tg_ir::DType;
 use tg_runtime::{Kernel, Layout, Plan, Step};
 
 /// One combination a plan asks about: a kernel reading `inputs` and writing `output` (layouts
@@ -129,79 +129,13 @@ fn min_offset(l: &Layout) -> usize {
     l.shape.iter().zip(&l.strides).map(|(&d, &s)| if s < 0 { (d - 1) * s.unsigned_abs() } else { 0 }).sum()
 }
 
-/// The work of one kernel launch, the quantities the roofline fallback scales with.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Work {
-    /// Bytes read and written (each distinct operand element once; quantized rows at their
-    /// block size; a gather reads only the selected rows).
-    pub bytes: f64,
-    /// Arithmetic operations (a multiply-add is 2; transcendental functions count as ~10).
-    pub flops: f64,
-}
+pub use tg_runtime::Work;
 
-/// Bytes of the distinct elements a layout touches (broadcast dims count once).
-fn touched_bytes(l: &Layout) -> f64 {
-    match l.dtype {
-        DType::Quant(t) => {
-            let Some((&k, rows)) = l.shape.split_last() else { return 0.0 };
-            rows.iter().product::<usize>() as f64 * t.row_bytes(k).unwrap_or(k * 4) as f64
-        }
-        _ => {
-            let distinct: usize = l.shape.iter().zip(&l.strides).map(|(&d, &s)| if s == 0 { d.min(1) } else { d }).product();
-            distinct as f64 * l.elem_bytes() as f64
-        }
-    }
-}
-
-/// Bytes moved and flops of running `key` (any [`Kernel`] variant). Both are non-decreasing
-/// in every dimension of every operand, which makes the fallback monotone in problem size.
+/// Bytes moved and flops of running `key` ([`tg_runtime::work`], the formula every cost model
+/// shares). Both are non-decreasing in every dimension of every operand, which makes the
+/// fallback monotone in problem size.
 pub fn work(key: &ProfileKey) -> Work {
-    let out = &key.output;
-    let n = out.numel() as f64;
-    let ins = &key.inputs;
-    let dim = |i: usize, from_end: usize| -> f64 { ins.get(i).and_then(|l| l.shape.len().checked_sub(from_end).and_then(|j| l.shape.get(j))).copied().unwrap_or(1) as f64 };
-    let mut bytes = touched_bytes(out) + ins.iter().map(touched_bytes).sum::<f64>();
-    let flops = match &key.kernel {
-        Kernel::Fill { .. } | Kernel::Iota { .. } | Kernel::Copy | Kernel::Concat { .. } => 0.0,
-        Kernel::StoreRows { .. } => {
-            // Only the rows move, not the whole state.
-            bytes = 2.0 * ins.first().map_or(0.0, touched_bytes);
-            0.0
-        }
-        Kernel::Unary(u) => n * if matches!(u, UnaryOp::Neg | UnaryOp::Abs) { 1.0 } else { 10.0 },
-        Kernel::Binary(_) | Kernel::Compare(_) | Kernel::Where | Kernel::Cast => n,
-        Kernel::Reduce { .. } => ins.first().map_or(n, |l| l.numel() as f64),
-        // out = [.., m, n], a = [.., m, k].
-        Kernel::MatMul { .. } => 2.0 * n * dim(0, 1),
-        // out = [.., n] with m rows, k = the weight's row length.
-        Kernel::MatMulQuant { .. } => 2.0 * n * dim(1, 1),
-        Kernel::MatMulQuantAdd { .. } => 2.0 * n * dim(1, 1) + n,
-        Kernel::Gather => {
-            // Only the selected rows of the table are read.
-            if let (Some(t), Some(ids)) = (ins.first(), ins.get(1)) {
-                let table = touched_bytes(t);
-                let rows = t.shape.first().copied().unwrap_or(1).max(1) as f64;
-                bytes += (table / rows * ids.numel() as f64).min(table) - table;
-            }
-            0.0
-        }
-        Kernel::RmsNorm { .. } => 4.0 * n,
-        // out = [2, ..x]: the sum (1 flop) and its norm (4) per element of x.
-        Kernel::AddRmsNorm { .. } => 2.5 * n,
-        Kernel::RopeNeox => 6.0 * n,
-        Kernel::RmsNormRopeNeox { .. } => 10.0 * n,
-        Kernel::GeluTanh => 14.0 * n,
-        Kernel::GatedGelu => 15.0 * n,
-        Kernel::Softmax => 13.0 * n,
-        Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. } => {
-            // q [n_kv, group, sq, d] (or [sq, n_kv, group, d]), k [n_kv, 1, sk, d]: scores,
-            // online softmax, p·v.
-            let q = ins.first().map_or(0.0, |l| l.numel() as f64);
-            let (d, sk) = (dim(0, 1), dim(1, 2));
-            q / d.max(1.0) * sk * (4.0 * d + 13.0)
-        }
-    };
-    Work { bytes, flops }
+    tg_runtime::work(&key.kernel, &key.inputs, &key.output)
 }
 
 #[cfg(test)]

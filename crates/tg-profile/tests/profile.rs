@@ -351,6 +351,52 @@ fn plan_estimate_splits_measured_and_fallback_time() {
     assert_eq!(p.predict(&every_kernel(4)[3]).source, Source::Guess);
 }
 
+/// The methods of a wrapper device that pass through to its `inner` CPU device.
+macro_rules! delegate_to_inner {
+    () => {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn kind(&self) -> DeviceKind {
+            self.inner.kind()
+        }
+        fn info(&self) -> tg_runtime::DeviceInfo {
+            self.inner.info()
+        }
+        fn registry(&self) -> &tg_runtime::KernelRegistry {
+            self.inner.registry()
+        }
+        fn scope(&self, f: &mut (dyn FnMut() + Send)) {
+            self.inner.scope(f)
+        }
+        fn alloc(&self, bytes: usize) -> Result<tg_runtime::DeviceBuffer, tg_runtime::DeviceError> {
+            self.inner.alloc(bytes)
+        }
+        fn bind_weight(
+            &self,
+            store: &std::sync::Arc<dyn tg_ir::WeightStore + Send + Sync>,
+            name: &str,
+        ) -> Result<std::sync::Arc<tg_runtime::DeviceBuffer>, tg_runtime::DeviceError> {
+            self.inner.bind_weight(store, name)
+        }
+        fn write(&self, dst: &tg_runtime::DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), tg_runtime::DeviceError> {
+            self.inner.write(dst, offset, src)
+        }
+        fn read(&self, src: &tg_runtime::DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<(), tg_runtime::DeviceError> {
+            self.inner.read(src, offset, dst)
+        }
+        fn copy(&self, src: &tg_runtime::DeviceBuffer, so: usize, dst: &tg_runtime::DeviceBuffer, d: usize, n: usize) -> Result<(), tg_runtime::DeviceError> {
+            self.inner.copy(src, so, dst, d, n)
+        }
+        fn fill(&self, dst: &tg_runtime::DeviceBuffer, offset: usize, n: usize, v: u8) -> Result<(), tg_runtime::DeviceError> {
+            self.inner.fill(dst, offset, n, v)
+        }
+        fn synchronize(&self) -> Result<(), tg_runtime::DeviceError> {
+            self.inner.synchronize()
+        }
+    };
+}
+
 /// A CPU device that counts launches per key.
 struct Counting {
     inner: CpuDevice,
@@ -361,25 +407,14 @@ struct Counting {
 }
 
 impl Device for Counting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn kind(&self) -> DeviceKind {
-        self.inner.kind()
-    }
-    fn supports(&self, k: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
-        self.inner.supports(k, ins, out)
-    }
-    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
-        self.inner.scope(f)
-    }
-    fn launch(&self, k: &Kernel, ins: &[(&[u8], &Layout)], out: (&mut [u8], &Layout)) -> Result<(), String> {
-        let pk = ProfileKey::new(k.clone(), ins.iter().map(|i| i.1.clone()).collect(), out.1.clone(), "cpu", self.threads);
+    delegate_to_inner!();
+    fn launch(&self, q: usize, k: &Kernel, ins: &[tg_runtime::Arg], out: tg_runtime::Arg) -> Result<(), String> {
+        let pk = ProfileKey::new(k.clone(), ins.iter().map(|i| i.layout.clone()).collect(), out.layout.clone(), "cpu", self.threads);
         *self.launches.lock().unwrap().entry(pk).or_default() += 1;
         if let Some(first) = ins.first() {
-            self.inputs_seen.lock().unwrap().insert(first.0.as_ptr() as usize);
+            self.inputs_seen.lock().unwrap().insert(first.buffer as *const _ as usize + first.offset);
         }
-        self.inner.launch(k, ins, out)
+        self.inner.launch(q, k, ins, out)
     }
 }
 
@@ -488,20 +523,9 @@ struct Contended {
 }
 
 impl Device for Contended {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn kind(&self) -> DeviceKind {
-        self.inner.kind()
-    }
-    fn supports(&self, k: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
-        self.inner.supports(k, ins, out)
-    }
-    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
-        self.inner.scope(f)
-    }
-    fn launch(&self, k: &Kernel, ins: &[(&[u8], &Layout)], out: (&mut [u8], &Layout)) -> Result<(), String> {
-        let pk = ProfileKey::new(k.clone(), ins.iter().map(|i| i.1.clone()).collect(), out.1.clone(), "cpu", 1);
+    delegate_to_inner!();
+    fn launch(&self, q: usize, k: &Kernel, ins: &[tg_runtime::Arg], out: tg_runtime::Arg) -> Result<(), String> {
+        let pk = ProfileKey::new(k.clone(), ins.iter().map(|i| i.layout.clone()).collect(), out.layout.clone(), "cpu", 1);
         let n = {
             let mut seen = self.seen.lock().unwrap();
             seen.push(pk.clone());
@@ -510,7 +534,7 @@ impl Device for Contended {
         if self.slow.get(&pk).is_some_and(|r| r.contains(&n)) {
             std::thread::sleep(std::time::Duration::from_micros(300));
         }
-        self.inner.launch(k, ins, out)
+        self.inner.launch(q, k, ins, out)
     }
 }
 

@@ -1,39 +1,21 @@
-use crate::{Device, Layout, Plan, RuntimeError, Storage};
+use crate::{Arg, Device, DeviceBuffer, Layout, Plan, RuntimeError, Storage};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tg_ir::{DType, HostData, HostTensor, WeightStore};
 
-/// 64-byte aligned storage for an arena.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Line([u8; 64]);
-
-struct Arena {
-    lines: Vec<Line>,
-    bytes: usize,
-}
-
-impl Arena {
-    fn new(bytes: usize) -> Option<Arena> {
-        let n = bytes.div_ceil(64);
-        let mut lines = Vec::new();
-        lines.try_reserve_exact(n).ok()?;
-        lines.resize(n, Line([0; 64]));
-        Some(Arena { lines, bytes })
-    }
-
-    fn ptr(&mut self) -> *mut u8 {
-        self.lines.as_mut_ptr() as *mut u8
-    }
+/// A kept state: its buffer and the device that holds it.
+struct StateBuf {
+    device: Arc<dyn Device>,
+    buf: DeviceBuffer,
 }
 
 /// Buffers kept between runs ([`tg_ir::Op::State`] values, e.g. a KV cache), by name,
 /// shared by the executables of one session (a prompt plan and a one-token plan read and
-/// extend the same caches). A buffer is created zeroed, at the size the first plan that
-/// uses it declares.
+/// extend the same caches). A buffer is created zeroed on the device of the first plan that
+/// uses it, at the size that plan declares, and stays on that device.
 #[derive(Default)]
 pub struct StateSet {
-    bufs: HashMap<String, Arena>,
+    bufs: HashMap<String, StateBuf>,
 }
 
 impl StateSet {
@@ -44,7 +26,7 @@ impl StateSet {
 
     /// Total bytes held.
     pub fn bytes(&self) -> usize {
-        self.bufs.values().map(|a| a.bytes).sum()
+        self.bufs.values().map(|a| a.buf.bytes()).sum()
     }
 
     /// Names of the states held, sorted.
@@ -61,91 +43,122 @@ impl StateSet {
 
     /// Bytes of one state, if held.
     pub fn state_bytes(&self, name: &str) -> Option<usize> {
-        self.bufs.get(name).map(|a| a.bytes)
+        self.bufs.get(name).map(|a| a.buf.bytes())
+    }
+
+    /// The device holding state `name`, if held.
+    pub fn device_of(&self, name: &str) -> Option<&str> {
+        self.bufs.get(name).map(|a| a.device.name())
+    }
+
+    /// The contents of state `name` (read back from its device), if held.
+    pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>, RuntimeError> {
+        let Some(s) = self.bufs.get(name) else { return Ok(None) };
+        let mut v = vec![0u8; s.buf.bytes()];
+        s.device.read(&s.buf, 0, &mut v).map_err(|e| RuntimeError::State { name: name.into(), detail: e.to_string() })?;
+        Ok(Some(v))
     }
 
     /// Changes the extent of state `name` along its row axis from `old_rows` to `new_rows`,
     /// keeping every row that fits (the state is `[outer, rows, row_bytes]` in bytes, row
-    /// major); new rows are zero. A state not held is left absent.
+    /// major); new rows are zero. A state not held is left absent. The copy is made on the
+    /// state's device.
     pub fn resize_rows(&mut self, name: &str, outer: usize, old_rows: usize, new_rows: usize, row_bytes: usize) -> Result<(), RuntimeError> {
         let Some(old) = self.bufs.get(name) else { return Ok(()) };
         let fail = |detail: String| RuntimeError::State { name: name.into(), detail };
-        if outer * old_rows * row_bytes != old.bytes {
-            return Err(fail(format!("holds {} bytes, not {outer} x {old_rows} rows of {row_bytes} bytes", old.bytes)));
+        if outer.checked_mul(old_rows).and_then(|x| x.checked_mul(row_bytes)) != Some(old.buf.bytes()) {
+            return Err(fail(format!("holds {} bytes, not {outer} x {old_rows} rows of {row_bytes} bytes", old.buf.bytes())));
         }
         let bytes = outer.checked_mul(new_rows).and_then(|x| x.checked_mul(row_bytes)).ok_or_else(|| fail("size overflows".into()))?;
-        let mut a = Arena::new(bytes).ok_or_else(|| fail(format!("cannot allocate {bytes} bytes")))?;
+        let dev = old.device.clone();
+        let new = dev.alloc(bytes).map_err(|e| fail(e.to_string()))?;
+        dev.fill(&new, 0, bytes, 0).map_err(|e| fail(e.to_string()))?;
         let keep = old_rows.min(new_rows) * row_bytes;
-        let src = old.lines.as_ptr() as *const u8;
-        let dst = a.ptr();
         for o in 0..outer {
-            // SAFETY: block `o` of `keep` bytes lies inside both buffers (sizes checked above),
-            // and the two allocations are distinct.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(o * old_rows * row_bytes), dst.add(o * new_rows * row_bytes), keep) };
+            dev.copy(&old.buf, o * old_rows * row_bytes, &new, o * new_rows * row_bytes, keep).map_err(|e| fail(e.to_string()))?;
         }
-        self.bufs.insert(name.to_string(), a);
+        dev.synchronize().map_err(|e| fail(e.to_string()))?;
+        self.bufs.insert(name.to_string(), StateBuf { device: dev, buf: new });
         Ok(())
     }
 
-    /// The buffer of `name`, created zeroed with `bytes` if absent; an error if it exists
-    /// with another size.
-    fn get(&mut self, name: &str, bytes: usize) -> Result<(SendPtr, usize), RuntimeError> {
+    /// The buffer of `name` on `device`, created zeroed with `bytes` if absent; an error if it
+    /// exists with another size or on another device.
+    fn get(&mut self, name: &str, bytes: usize, device: &Arc<dyn Device>) -> Result<&DeviceBuffer, RuntimeError> {
+        let fail = |detail: String| RuntimeError::State { name: name.into(), detail };
         if !self.bufs.contains_key(name) {
-            let a = Arena::new(bytes).ok_or_else(|| RuntimeError::State { name: name.into(), detail: format!("cannot allocate {bytes} bytes") })?;
-            self.bufs.insert(name.to_string(), a);
+            let buf = device.alloc(bytes).map_err(|e| fail(e.to_string()))?;
+            device.fill(&buf, 0, bytes, 0).map_err(|e| fail(e.to_string()))?;
+            self.bufs.insert(name.to_string(), StateBuf { device: device.clone(), buf });
         }
-        let a = self.bufs.get_mut(name).ok_or_else(|| RuntimeError::State { name: name.into(), detail: "missing".into() })?;
-        if a.bytes != bytes {
-            return Err(RuntimeError::State { name: name.into(), detail: format!("holds {} bytes, the plan wants {bytes} (resize the set first)", a.bytes) });
+        let a = self.bufs.get(name).ok_or_else(|| fail("missing".into()))?;
+        if a.device.name() != device.name() {
+            return Err(fail(format!("is held on {}, the plan runs it on {}", a.device.name(), device.name())));
         }
-        Ok((SendPtr(a.ptr()), a.bytes))
+        if a.buf.bytes() != bytes {
+            return Err(fail(format!("holds {} bytes, the plan wants {bytes} (resize the set first)", a.buf.bytes())));
+        }
+        Ok(&a.buf)
     }
 }
 
-/// A plan bound to devices and weights, with its arenas allocated: call [`Executable::run`]
-/// as often as you like.
+/// A plan bound to devices and weights, with its arenas allocated on their devices and its
+/// weights bound (uploaded once where the device copies them): call [`Executable::run`] as
+/// often as you like.
 pub struct Executable {
     plan: Plan,
     devices: Vec<Arc<dyn Device>>,
-    weights: Arc<dyn WeightStore + Send>,
-    arenas: Vec<Arena>,
+    /// One buffer per arena of the plan, on its device.
+    arenas: Vec<DeviceBuffer>,
+    /// The bound weights, by buffer index.
+    weight_bufs: HashMap<usize, Arc<DeviceBuffer>>,
     /// Per step time (ns) of the last profiled run, when profiling is on.
     profile: Option<Vec<u64>>,
     /// Fill arenas with NaN bytes before every run (tests: unwritten elements show up).
     poison: bool,
     /// States of runs through [`Executable::run`] (not [`Executable::run_with_states`]).
     states: StateSet,
+    /// Keeps the weights' storage alive (the CPU reads them in place).
+    _weights: Arc<dyn WeightStore + Send + Sync>,
 }
 
 impl Executable {
     /// Binds `plan` to `devices` (by name, in the plan's order) and `weights`, checks that
-    /// every weight exists with the right size, and allocates the arenas.
-    pub fn new(plan: Plan, devices: Vec<Arc<dyn Device>>, weights: Arc<dyn WeightStore + Send>) -> Result<Executable, RuntimeError> {
+    /// every weight exists with the right size, binds each weight on its device, and
+    /// allocates the arenas.
+    pub fn new(plan: Plan, devices: Vec<Arc<dyn Device>>, weights: Arc<dyn WeightStore + Send + Sync>) -> Result<Executable, RuntimeError> {
         if devices.len() != plan.devices.len() || devices.iter().zip(&plan.devices).any(|(d, n)| d.name() != n) {
             return Err(RuntimeError::Plan(format!("plan wants devices {:?}, got {:?}", plan.devices, devices.iter().map(|d| d.name().to_string()).collect::<Vec<_>>())));
         }
-        for b in &plan.buffers {
+        let device = |i: usize| devices.get(i).ok_or_else(|| RuntimeError::Plan(format!("device {i} missing")));
+        let mut weight_bufs = HashMap::new();
+        for (bi, b) in plan.buffers.iter().enumerate() {
             match &b.storage {
-                Storage::Weight { name } => {
+                Storage::Weight { name, device: d } => {
                     let bytes = weights.bytes(name).ok_or_else(|| RuntimeError::Weight { name: name.clone(), detail: "not in the weight store".into() })?;
                     if bytes.len() != b.bytes {
                         return Err(RuntimeError::Weight { name: name.clone(), detail: format!("store has {} bytes, plan expects {}", bytes.len(), b.bytes) });
                     }
+                    let buf = device(*d)?.bind_weight(&weights, name).map_err(|e| RuntimeError::Weight { name: name.clone(), detail: e.to_string() })?;
+                    weight_bufs.insert(bi, buf);
                 }
                 Storage::Arena { arena, offset } => {
                     let a = plan.arenas.get(*arena).ok_or_else(|| RuntimeError::Plan(format!("buffer in missing arena {arena}")))?;
-                    if offset + b.bytes > a.bytes {
-                        return Err(RuntimeError::Plan(format!("buffer [{offset}, {}) past arena {arena} of {} bytes", offset + b.bytes, a.bytes)));
+                    if offset.checked_add(b.bytes).is_none_or(|e| e > a.bytes) {
+                        return Err(RuntimeError::Plan(format!("buffer [{offset}, {}) past arena {arena} of {} bytes", offset.saturating_add(b.bytes), a.bytes)));
                     }
                 }
-                Storage::State { .. } => {}
+                Storage::State { device: d, .. } => {
+                    device(*d)?;
+                }
             }
         }
         let mut arenas = Vec::new();
         for (i, a) in plan.arenas.iter().enumerate() {
-            arenas.push(Arena::new(a.bytes).ok_or_else(|| RuntimeError::Alloc { arena: i, device: plan.devices[a.device].clone(), bytes: a.bytes })?);
+            let dev = device(a.device)?;
+            arenas.push(dev.alloc(a.bytes).map_err(|e| RuntimeError::Alloc { arena: i, device: dev.name().to_string(), bytes: a.bytes, detail: e.to_string() })?);
         }
-        Ok(Executable { plan, devices, weights, arenas, profile: None, poison: false, states: StateSet::new() })
+        Ok(Executable { plan, devices, arenas, weight_bufs, profile: None, poison: false, states: StateSet::new(), _weights: weights })
     }
 
     /// The plan being executed.
@@ -153,7 +166,13 @@ impl Executable {
         &self.plan
     }
 
-    /// Turns per-step timing on or off (see [`Executable::step_times`]).
+    /// The devices, in the plan's order.
+    pub fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+
+    /// Turns per-step timing on or off (see [`Executable::step_times`]). A profiled run
+    /// waits for each step to finish on its device before timing the next.
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(|| vec![0; self.plan.steps.len()]);
     }
@@ -184,58 +203,18 @@ impl Executable {
             .buffers
             .iter()
             .filter_map(|b| match &b.storage {
-                Storage::State { name } => Some((name.clone(), b.bytes)),
+                Storage::State { name, .. } => Some((name.clone(), b.bytes)),
                 _ => None,
             })
             .collect()
     }
 
     /// Runs the plan with its states in `states` (created zeroed on first use), updating
-    /// them in place.
+    /// them in place. The only writes to a state are its `StoreRows` steps, which write the
+    /// rows of this run (at the run-time offset) and nothing else: if the run fails, the
+    /// rows before that offset are as they were.
     pub fn run_with_states(&mut self, inputs: &HashMap<String, HostTensor>, states: &mut StateSet) -> Result<HashMap<String, HostTensor>, RuntimeError> {
-        let mut state_ptrs = HashMap::new();
-        for (name, bytes) in self.state_sizes() {
-            let p = states.get(&name, bytes)?;
-            state_ptrs.insert(name, p);
-        }
-        if self.poison {
-            for a in &mut self.arenas {
-                a.lines.iter_mut().for_each(|l| l.0 = [0xFF; 64]);
-            }
-        }
-        let mut times = self.profile.take();
-        let bases: Vec<SendPtr> = self.arenas.iter_mut().map(|a| SendPtr(a.ptr())).collect();
-        let ctx = RunCtx { plan: &self.plan, devices: &self.devices, weights: &*self.weights, bases: &bases, states: &state_ptrs };
-        let result = ctx.run(inputs, &mut times);
-        self.profile = times;
-        result
-    }
-
-    /// Total bytes of all arenas.
-    pub fn arena_bytes(&self) -> usize {
-        self.arenas.iter().map(|a| a.bytes).sum()
-    }
-}
-
-#[derive(Clone, Copy)]
-struct SendPtr(*mut u8);
-// SAFETY: arena base pointers are only dereferenced inside `RunCtx::run_steps`, which runs
-// while `Executable::run` holds `&mut self`; steps touch disjoint byte ranges as the
-// validated plan guarantees.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
-struct RunCtx<'a> {
-    plan: &'a Plan,
-    devices: &'a [Arc<dyn Device>],
-    weights: &'a (dyn WeightStore + Send),
-    bases: &'a [SendPtr],
-    states: &'a HashMap<String, (SendPtr, usize)>,
-}
-
-impl RunCtx<'_> {
-    /// Copies inputs in, runs every step in the first device's scope, reads outputs.
-    fn run(&self, inputs: &HashMap<String, HostTensor>, times: &mut Option<Vec<u64>>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        // Check the inputs before touching any device memory.
         for (name, tref) in &self.plan.inputs {
             let t = inputs.get(name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
             if t.shape != tref.layout.shape || t.dtype() != tref.layout.dtype {
@@ -244,19 +223,82 @@ impl RunCtx<'_> {
                     detail: format!("got {:?} {}, plan expects {:?} {}", t.shape, t.dtype(), tref.layout.shape, tref.layout.dtype),
                 });
             }
-            let (p, len, writable) = self.ptr(tref.buffer);
+        }
+        let state_bufs: Vec<(usize, usize, String)> = self
+            .plan
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| match &b.storage {
+                Storage::State { name, device } => Some((i, *device, name.clone())),
+                _ => None,
+            })
+            .collect();
+        for (i, d, name) in &state_bufs {
+            states.get(name, self.plan.buffers[*i].bytes, &self.devices[*d])?;
+        }
+        let mut state_refs: HashMap<usize, &DeviceBuffer> = HashMap::new();
+        for (i, _, name) in &state_bufs {
+            let b = states.bufs.get(name).map(|s| &s.buf).ok_or_else(|| RuntimeError::State { name: name.clone(), detail: "missing".into() })?;
+            state_refs.insert(*i, b);
+        }
+        let dev_err = |device: &str, e: crate::DeviceError| RuntimeError::Device { device: device.to_string(), detail: e.to_string() };
+        if self.poison {
+            for (a, desc) in self.arenas.iter().zip(&self.plan.arenas) {
+                let d = &self.devices[desc.device];
+                d.fill(a, 0, a.bytes(), 0xFF).map_err(|e| dev_err(d.name(), e))?;
+            }
+        }
+        let mut times = self.profile.take();
+        let ctx = RunCtx { plan: &self.plan, devices: &self.devices, arenas: &self.arenas, weights: &self.weight_bufs, states: &state_refs };
+        let result = ctx.run(inputs, &mut times);
+        self.profile = times;
+        result
+    }
+
+    /// Total bytes of all arenas.
+    pub fn arena_bytes(&self) -> usize {
+        self.arenas.iter().map(|a| a.bytes()).sum()
+    }
+}
+
+struct RunCtx<'a> {
+    plan: &'a Plan,
+    devices: &'a [Arc<dyn Device>],
+    arenas: &'a [DeviceBuffer],
+    weights: &'a HashMap<usize, Arc<DeviceBuffer>>,
+    states: &'a HashMap<usize, &'a DeviceBuffer>,
+}
+
+impl RunCtx<'_> {
+    /// The device buffer holding plan buffer `buf`, the byte offset of its storage in it, and
+    /// whether steps may write it.
+    fn locate(&self, buf: usize) -> Result<(&DeviceBuffer, usize, bool), RuntimeError> {
+        let b = self.plan.buffers.get(buf).ok_or_else(|| RuntimeError::Plan(format!("buffer {buf} missing")))?;
+        match &b.storage {
+            Storage::Arena { arena, offset } => Ok((self.arenas.get(*arena).ok_or_else(|| RuntimeError::Plan(format!("arena {arena} missing")))?, *offset, true)),
+            Storage::Weight { name, .. } => Ok((&**self.weights.get(&buf).ok_or_else(|| RuntimeError::Weight { name: name.clone(), detail: "not bound".into() })?, 0, false)),
+            Storage::State { name, .. } => Ok((*self.states.get(&buf).ok_or_else(|| RuntimeError::State { name: name.clone(), detail: "not bound".into() })?, 0, true)),
+        }
+    }
+
+    /// Copies inputs in, runs every step in the first device's scope, reads outputs.
+    fn run(&self, inputs: &HashMap<String, HostTensor>, times: &mut Option<Vec<u64>>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+        for (name, tref) in &self.plan.inputs {
+            let t = inputs.get(name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
             // SAFETY: plain-old-data element vectors viewed as bytes.
             let src: &[u8] = match &t.data {
                 HostData::F32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
                 HostData::I32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) },
                 HostData::Bool(v) => v,
             };
+            let (buf, base, writable) = self.locate(tref.buffer)?;
             let at = tref.layout.offset * tref.layout.elem_bytes();
-            if !writable || at + src.len() > len {
+            if !writable || at + src.len() > self.plan.buffers[tref.buffer].bytes {
                 return Err(RuntimeError::Plan(format!("input '{name}' buffer cannot hold it")));
             }
-            // SAFETY: range checked above; the arenas are exclusively ours during `run`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), src.len()) };
+            let dev = self.device_of_buffer(tref.buffer)?;
+            dev.write(buf, base + at, src).map_err(|e| RuntimeError::Device { device: dev.name().into(), detail: e.to_string() })?;
         }
         let mut failure: Option<RuntimeError> = None;
         let mut body = || {
@@ -269,57 +311,54 @@ impl RunCtx<'_> {
             None => body(),
         }
         if let Some(e) = failure {
+            // Let queued work drain before the caller reuses the buffers.
+            for d in self.devices {
+                let _ = d.synchronize();
+            }
             return Err(e);
+        }
+        for d in self.devices {
+            d.synchronize().map_err(|e| RuntimeError::Device { device: d.name().into(), detail: e.to_string() })?;
         }
         let mut outs = HashMap::new();
         for (name, tref) in &self.plan.outputs {
-            let (p, len, _) = self.ptr(tref.buffer);
-            // SAFETY: `len` valid bytes of a buffer no step is writing any more.
-            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-            outs.insert(name.clone(), read_tensor(bytes, &tref.layout).map_err(RuntimeError::Plan)?);
+            let (buf, base, _) = self.locate(tref.buffer)?;
+            let len = self.plan.buffers[tref.buffer].bytes;
+            let mut bytes = vec![0u8; len];
+            let dev = self.device_of_buffer(tref.buffer)?;
+            dev.read(buf, base, &mut bytes).map_err(|e| RuntimeError::Device { device: dev.name().into(), detail: e.to_string() })?;
+            outs.insert(name.clone(), read_tensor(&bytes, &tref.layout).map_err(RuntimeError::Plan)?);
         }
         Ok(outs)
     }
 
-    fn ptr(&self, buf: usize) -> (*mut u8, usize, bool) {
-        let b = &self.plan.buffers[buf];
-        match &b.storage {
-            // SAFETY: offset + bytes <= arena size was checked in `Executable::new`.
-            Storage::Arena { arena, offset } => (unsafe { self.bases[*arena].0.add(*offset) }, b.bytes, true),
-            Storage::Weight { name } => {
-                let s = self.weights.bytes(name).unwrap_or(&[]);
-                (s.as_ptr() as *mut u8, s.len(), false)
-            }
-            Storage::State { name } => match self.states.get(name) {
-                Some((p, len)) => (p.0, *len, true),
-                None => (std::ptr::null_mut(), 0, false),
-            },
-        }
+    /// The device whose memory holds plan buffer `buf`.
+    fn device_of_buffer(&self, buf: usize) -> Result<&Arc<dyn Device>, RuntimeError> {
+        let d = match &self.plan.buffers[buf].storage {
+            Storage::Arena { arena, .. } => self.plan.arenas[*arena].device,
+            Storage::Weight { device, .. } | Storage::State { device, .. } => *device,
+        };
+        self.devices.get(d).ok_or_else(|| RuntimeError::Plan(format!("device {d} missing")))
     }
 
     fn run_steps(&self, mut times: Option<&mut [u64]>) -> Result<(), RuntimeError> {
         for (si, step) in self.plan.steps.iter().enumerate() {
             let t0 = times.as_ref().map(|_| std::time::Instant::now());
-            let mut ins: Vec<(&[u8], &Layout)> = Vec::with_capacity(step.inputs.len());
+            let dev = self.devices.get(step.device).ok_or_else(|| RuntimeError::Plan(format!("step {si}: device {} missing", step.device)))?;
+            let fail = |detail: String| RuntimeError::Kernel { step: si, kernel: step.kernel.name(), device: dev.name().to_string(), detail };
+            let mut ins: Vec<Arg> = Vec::with_capacity(step.inputs.len());
             for tr in &step.inputs {
-                let (p, len, _) = self.ptr(tr.buffer);
-                // SAFETY: the buffer is `len` valid bytes; no step writes it while it is read.
-                ins.push((unsafe { std::slice::from_raw_parts(p as *const u8, len) }, &tr.layout));
+                let (buffer, offset, _) = self.locate(tr.buffer)?;
+                ins.push(Arg { buffer, offset, bytes: self.plan.buffers[tr.buffer].bytes, layout: &tr.layout });
             }
-            let (p, len, writable) = self.ptr(step.output.buffer);
+            let (buffer, offset, writable) = self.locate(step.output.buffer)?;
             if !writable {
                 return Err(RuntimeError::Plan(format!("step {si} writes a weight")));
             }
-            // SAFETY: the validated plan never lets a live input overlap the output buffer.
-            let out = unsafe { std::slice::from_raw_parts_mut(p, len) };
-            let dev = &self.devices[step.device];
-            dev.launch(&step.kernel, &ins, (out, &step.output.layout)).map_err(|detail| RuntimeError::Kernel {
-                step: si,
-                kernel: step.kernel.name(),
-                device: dev.name().to_string(),
-                detail,
-            })?;
+            let out = Arg { buffer, offset, bytes: self.plan.buffers[step.output.buffer].bytes, layout: &step.output.layout };
+            dev.launch(0, &step.kernel, &ins, out).map_err(fail)?;
             if let (Some(t), Some(t0)) = (times.as_deref_mut(), t0) {
+                dev.synchronize().map_err(|e| fail(e.to_string()))?;
                 t[si] = t0.elapsed().as_nanos() as u64;
             }
         }

@@ -8,14 +8,16 @@
 #![warn(missing_docs)]
 
 mod cpu;
-mod device;
+pub mod device;
 mod exec;
 mod plan;
+pub mod registry;
 
-pub use cpu::CpuDevice;
-pub use device::{Device, DeviceKind};
+pub use cpu::{cpu_registry, CpuDevice};
+pub use device::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event};
 pub use exec::{Executable, StateSet};
 pub use plan::{ArenaDesc, BufferDesc, Kernel, Layout, Plan, Step, Storage, TensorRef};
+pub use registry::{broadcast_layout, select, work, Contract, KernelEntry, KernelRegistry, Operand, Refusal, Work, FAMILIES};
 
 use thiserror::Error;
 
@@ -62,7 +64,7 @@ pub enum RuntimeError {
         detail: String,
     },
     /// Memory for an arena could not be allocated.
-    #[error("cannot allocate {bytes} bytes for arena {arena} on {device}")]
+    #[error("cannot allocate arena {arena} ({bytes} bytes) on {device}: {detail}")]
     Alloc {
         /// Arena index.
         arena: usize,
@@ -70,5 +72,15 @@ pub enum RuntimeError {
         device: String,
         /// Bytes requested.
         bytes: usize,
+        /// The device's error (with its limit when known).
+        detail: String,
+    },
+    /// A device operation (a transfer, a synchronisation) failed.
+    #[error("{device}: {detail}")]
+    Device {
+        /// Device name.
+        device: String,
+        /// What went wrong.
+        detail: String,
     },
 }

@@ -225,16 +225,21 @@ pub enum Storage {
         /// Byte offset.
         offset: usize,
     },
-    /// A weight from the weight store, read in place (never copied, never written).
+    /// A weight from the weight store, bound on device `device` (the CPU reads it in place;
+    /// other devices upload it once), never written.
     Weight {
         /// Name in the store.
         name: String,
+        /// Index of the device in [`Plan::devices`].
+        device: usize,
     },
     /// A state kept between runs ([`tg_ir::Op::State`]) in the caller's [`crate::StateSet`],
-    /// written only by [`Kernel::StoreRows`] steps.
+    /// on device `device`, written only by [`Kernel::StoreRows`] steps.
     State {
         /// Name in the state set.
         name: String,
+        /// Index of the device in [`Plan::devices`].
+        device: usize,
     },
 }
 

@@ -6,7 +6,7 @@
 use super::{add, add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
 use crate::{ENode, TEGraph};
 use egg::Id;
-use tg_ir::{broadcast_shapes, BinaryOp, DType, Op, ReduceOp, UnaryOp};
+use tg_ir::{BinaryOp, DType, Op, ReduceOp, UnaryOp};
 
 pub(super) fn rules() -> Vec<Rule> {
     vec![
@@ -66,55 +66,16 @@ pub(super) fn rules() -> Vec<Rule> {
     ]
 }
 
-/// Whether the fused kernels accept a fused op on operands of these shapes (all f32,
-/// contiguous — lowering copies views). These are the CPU kernels' contracts:
-/// - `RmsNorm`: the weight holds exactly one row of the last dim (numel `n`, last dim `n`);
-/// - `RopeNeox`: `x` is `[seq, heads, d]` with `d` even, `cos`/`sin` are `[seq, 1, d/2]`
-///   (one row per position, broadcast over heads);
-/// - `RmsNormRopeNeox`: `x`, `cos`, `sin` as for `RopeNeox`, the weight one row of `d`;
-/// - `Attention`: `q` is `[n_kv, g, sq, d]`, `k` and `v` are `[n_kv, 1, sk, d]`, the mask is
-///   one `[sq, sk]` matrix (any shape with that many elements, last dim `sk`, that
-///   broadcasts to the scores);
-/// - `MatMulAdd`: a rank-2 right operand used transposed (`[n, k]`, the weight form), the
-///   addend one row of `n` or the product's shape;
-/// - `AttentionSeqMajor`: as `Attention` with `q` given `[sq, n_kv, g, d]`;
-/// - `AddRmsNorm`: the two summands of one shape, the weight as for `RmsNorm`;
-/// - `GatedGelu`: gate and up of one shape; `GeluTanh`, `Softmax` (rank ≥ 1): any shape.
-pub fn kernel_accepts(op: &Op, ins: &[&[usize]]) -> bool {
-    let numel = |s: &[usize]| s.iter().product::<usize>();
-    match (op, ins) {
-        (Op::RmsNorm { .. }, [x, w]) => x.last().is_some_and(|&n| numel(w) == n && w.last() == Some(&n)),
-        (Op::RopeNeox, [x, c, s]) => {
-            x.len() == 3 && x[2] % 2 == 0 && x[2] > 0 && {
-                let want = [x[0], 1, x[2] / 2];
-                **c == want && **s == want
-            }
-        }
-        (Op::RmsNormRopeNeox { .. }, [x, w, c, s]) => kernel_accepts(&Op::RopeNeox, &[x, c, s]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[x, w]),
-        (Op::Attention { .. }, [q, k, v, m]) => {
-            if q.len() != 4 || k.len() != 4 || v.len() != 4 {
-                return false;
-            }
-            let (nkv, g, sq, d) = (q[0], q[1], q[2], q[3]);
-            let sk = k[2];
-            let scores = [nkv, g, sq, sk];
-            **k == [nkv, 1, sk, d] && **v == [nkv, 1, sk, d] && numel(m) == sq * sk && m.last() == Some(&sk) && broadcast_shapes(&scores, m).as_deref() == Some(&scores[..])
-        }
-        (Op::AttentionSeqMajor { scale_bits }, [q, k, v, m]) => q.len() == 4 && kernel_accepts(&Op::Attention { scale_bits: *scale_bits }, &[&[q[1], q[2], q[0], q[3]], k, v, m]),
-        (Op::MatMulAdd { transpose_rhs: true }, [a, w, c]) => {
-            // x [.., k] · W[n, k]ᵀ, c one row of n or the product's shape.
-            let (Some(&k), true) = (a.last(), w.len() == 2) else { return false };
-            let mut out = a.to_vec();
-            if let Some(l) = out.last_mut() {
-                *l = w[0];
-            }
-            w[1] == k && (numel(c) == w[0] && c.last() == Some(&w[0]) || **c == out[..])
-        }
-        (Op::GatedGelu, [g, u]) => g == u,
-        (Op::AddRmsNorm { .. }, [a, b, w]) => a == b && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[a, w]),
-        (Op::GeluTanh, [_]) => true,
-        (Op::Softmax, [x]) => !x.is_empty(),
-        _ => false,
+/// Whether a target device's kernel registry implements fused op `op` on the classes `ins`
+/// (as contiguous operands: lowering copies views), with the output type the IR infers. The
+/// contract is the registry's (`tg_runtime::KernelRegistry::accepts_op`), not a copy of it,
+/// so a fused node is only added where some device can run it.
+pub fn kernel_accepts(eg: &TEGraph, op: &Op, ins: &[Id]) -> bool {
+    let operands: Vec<tg_runtime::Operand> = ins.iter().map(|&i| tg_runtime::Operand { shape: &data(eg, i).shape, dtype: data(eg, i).dtype, weight: data(eg, i).weight }).collect();
+    let typed: Vec<(&[usize], DType)> = operands.iter().map(|o| (o.shape, o.dtype)).collect();
+    match tg_ir::infer(op, &typed, None) {
+        Ok((shape, dtype)) => eg.analysis.targets.accept(op, &operands, (&shape, dtype)),
+        Err(_) => false,
     }
 }
 
@@ -152,7 +113,7 @@ fn fuse_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, f64)> {
     let mut v = Vec::new();
     for (a, w) in binary(eg, c, BinaryOp::Mul) {
         for (x, eps) in rms_core(eg, a) {
-            if shape(eg, x) == shape(eg, c) && f32_all(eg, &[x, w]) && kernel_accepts(&Op::RmsNorm { eps_bits: 0 }, &[shape(eg, x), shape(eg, w)]) {
+            if shape(eg, x) == shape(eg, c) && f32_all(eg, &[x, w]) && kernel_accepts(eg, &Op::RmsNorm { eps_bits: 0 }, &[x, w]) {
                 v.push((x, w, eps));
             }
         }
@@ -170,12 +131,7 @@ fn fuse_matmul_add(eg: &TEGraph, s: Id) -> Vec<(Id, Id, Id, bool)> {
             let (a, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
             let weight = nodes_where(eg, w, |o| matches!(o, Op::Weight { .. })).next().is_some();
             let m = (a, w, c, true);
-            if weight
-                && f32_all(eg, &[a, c])
-                && shape(eg, x) == shape(eg, s)
-                && kernel_accepts(&Op::MatMulAdd { transpose_rhs: true }, &[shape(eg, a), shape(eg, w), shape(eg, c)])
-                && !v.contains(&m)
-            {
+            if weight && f32_all(eg, &[a, c]) && shape(eg, x) == shape(eg, s) && kernel_accepts(eg, &Op::MatMulAdd { transpose_rhs: true }, &[a, w, c]) && !v.contains(&m) {
                 v.push(m);
             }
         }
@@ -192,11 +148,7 @@ fn fuse_add_rmsnorm(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
         let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
         for add in nodes_where(eg, x, |o| *o == Op::Binary(BinaryOp::Add)) {
             let (a, b) = (eg.find(add.children[0]), eg.find(add.children[1]));
-            if shape(eg, a) == shape(eg, x)
-                && shape(eg, b) == shape(eg, x)
-                && f32_all(eg, &[a, b, w])
-                && kernel_accepts(&Op::AddRmsNorm { eps_bits }, &[shape(eg, a), shape(eg, b), shape(eg, w)])
-            {
+            if shape(eg, a) == shape(eg, x) && shape(eg, b) == shape(eg, x) && f32_all(eg, &[a, b, w]) && kernel_accepts(eg, &Op::AddRmsNorm { eps_bits }, &[a, b, w]) {
                 let m = (x, a, b, w, f64::from_bits(eps_bits));
                 if !v.contains(&m) {
                     v.push(m);
@@ -358,11 +310,7 @@ fn fuse_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id)> {
                             continue;
                         }
                         let second = binary(eg, o2, BinaryOp::Add).into_iter().any(|(a, b)| has_binary(eg, a, BinaryOp::Mul, x2, cos) && has_binary(eg, b, BinaryOp::Mul, x1, sin));
-                        if second
-                            && shape(eg, x) == shape(eg, c)
-                            && f32_all(eg, &[x, cos, sin])
-                            && kernel_accepts(&Op::RopeNeox, &[shape(eg, x), shape(eg, cos), shape(eg, sin)])
-                            && !v.contains(&(x, cos, sin))
+                        if second && shape(eg, x) == shape(eg, c) && f32_all(eg, &[x, cos, sin]) && kernel_accepts(eg, &Op::RopeNeox, &[x, cos, sin]) && !v.contains(&(x, cos, sin))
                         {
                             v.push((x, cos, sin));
                         }
@@ -384,8 +332,7 @@ fn fuse_rmsnorm_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
             let Op::RmsNorm { eps_bits } = n.op else { continue };
             let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
             let m = (x, w, cos, sin, f64::from_bits(eps_bits));
-            if f32_all(eg, &[x, w, cos, sin]) && kernel_accepts(&Op::RmsNormRopeNeox { eps_bits }, &[shape(eg, x), shape(eg, w), shape(eg, cos), shape(eg, sin)]) && !v.contains(&m)
-            {
+            if f32_all(eg, &[x, w, cos, sin]) && kernel_accepts(eg, &Op::RmsNormRopeNeox { eps_bits }, &[x, w, cos, sin]) && !v.contains(&m) {
                 v.push(m);
             }
         }
@@ -398,7 +345,7 @@ fn fuse_rmsnorm_rope(eg: &TEGraph, c: Id) -> Vec<(Id, Id, Id, Id, f64)> {
 type AttnMatch = (Id, Id, Id, Id, f64);
 
 fn attention_ok(eg: &TEGraph, c: Id, (q, k, v, m): (Id, Id, Id, Id)) -> bool {
-    f32_all(eg, &[q, k, v, m]) && kernel_accepts(&Op::Attention { scale_bits: 0 }, &[shape(eg, q), shape(eg, k), shape(eg, v), shape(eg, m)]) && shape(eg, c) == shape(eg, q)
+    f32_all(eg, &[q, k, v, m]) && kernel_accepts(eg, &Op::Attention { scale_bits: 0 }, &[q, k, v, m]) && shape(eg, c) == shape(eg, q)
 }
 
 fn fuse_attention(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
@@ -444,7 +391,7 @@ fn attention_seq_major(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
                 let q = eg.find(qp.children[0]);
                 let m = (q, ch[1], ch[2], ch[3], f64::from_bits(scale_bits));
                 let op = Op::AttentionSeqMajor { scale_bits };
-                if f32_all(eg, &[q, ch[1], ch[2], ch[3]]) && kernel_accepts(&op, &[shape(eg, q), shape(eg, ch[1]), shape(eg, ch[2]), shape(eg, ch[3])]) && !out.contains(&m) {
+                if f32_all(eg, &[q, ch[1], ch[2], ch[3]]) && kernel_accepts(eg, &op, &[q, ch[1], ch[2], ch[3]]) && !out.contains(&m) {
                     out.push(m);
                 }
             }

@@ -1,0 +1,758 @@
+//! The CPU's kernels: SIMD kernels from `tg-kernels` for the heavy ops (matmuls, gather,
+//! contiguous elementwise and row reductions) and plain strided loops for the rest, all run
+//! inside the device's rayon pool; and their contract ([`contract`]).
+
+use crate::{Kernel, Layout};
+use rayon::prelude::*;
+use tg_ir::shape::{contiguous_strides, strided_offsets};
+use tg_ir::{BinaryOp, CmpOp, DType, ReduceOp, UnaryOp};
+
+fn cast_slice<T>(b: &[u8]) -> Result<&[T], String> {
+    // SAFETY: f32/i32/u8 have no invalid bit patterns; alignment is checked below.
+    let (pre, mid, post) = unsafe { b.align_to::<T>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(format!("buffer of {} bytes is misaligned for {}-byte elements", b.len(), std::mem::size_of::<T>()));
+    }
+    Ok(mid)
+}
+
+fn cast_slice_mut<T>(b: &mut [u8]) -> Result<&mut [T], String> {
+    let n = b.len();
+    // SAFETY: as above.
+    let (pre, mid, post) = unsafe { b.align_to_mut::<T>() };
+    if !pre.is_empty() || !post.is_empty() {
+        return Err(format!("buffer of {n} bytes is misaligned for {}-byte elements", std::mem::size_of::<T>()));
+    }
+    Ok(mid)
+}
+
+/// Element values of a buffer, read as f64-convertible by dtype (used by strided loops).
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    F32(&'a [f32]),
+    I32(&'a [i32]),
+    Bool(&'a [u8]),
+}
+
+impl Src<'_> {
+    fn new<'a>(bytes: &'a [u8], l: &Layout) -> Result<Src<'a>, String> {
+        Ok(match l.dtype {
+            DType::F32 => Src::F32(cast_slice(bytes)?),
+            DType::I32 => Src::I32(cast_slice(bytes)?),
+            DType::Bool => Src::Bool(bytes),
+            DType::Quant(t) => return Err(format!("{t} storage cannot be read elementwise")),
+        })
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Src::F32(v) => v[i],
+            Src::I32(v) => v[i] as f32,
+            Src::Bool(v) => v[i] as f32,
+        }
+    }
+
+    #[inline]
+    fn get_i(&self, i: usize) -> i32 {
+        match self {
+            Src::F32(v) => v[i] as i32,
+            Src::I32(v) => v[i],
+            Src::Bool(v) => v[i] as i32,
+        }
+    }
+}
+
+/// Offsets (in elements) of the start of every innermost row of `l` over its shape.
+fn row_starts(l: &Layout) -> Vec<usize> {
+    match l.shape.len() {
+        0 => vec![l.offset],
+        r => strided_offsets(&l.shape[..r - 1], &l.strides[..r - 1], l.offset),
+    }
+}
+
+fn inner(l: &Layout) -> (usize, isize) {
+    match l.shape.last() {
+        Some(&n) => (n, *l.strides.last().unwrap_or(&1)),
+        None => (1, 1),
+    }
+}
+
+/// Rows per parallel task so each task has ~16K elements.
+fn chunk_rows(row_len: usize) -> usize {
+    (16384 / row_len.max(1)).max(1)
+}
+
+/// Applies `f(row_index, out_row)` to every innermost row of a contiguous output, in
+/// parallel when there is enough work.
+fn for_rows<T: Send>(out: &mut [T], row_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+    if row_len == 0 {
+        return;
+    }
+    if out.len() < 32768 {
+        out.chunks_mut(row_len).enumerate().for_each(|(r, o)| f(r, o));
+    } else {
+        let cr = chunk_rows(row_len);
+        out.par_chunks_mut(row_len * cr).enumerate().for_each(|(c, o)| {
+            for (k, row) in o.chunks_mut(row_len).enumerate() {
+                f(c * cr + k, row)
+            }
+        });
+    }
+}
+
+/// `o[r, j] = f(a[sa[r] + j·ia], b[sb[r] + j·ib])` over rows, with contiguous and
+/// broadcast fast paths.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn binary_rows<F: Fn(f32, f32) -> f32 + Sync + Copy>(o: &mut [f32], row_len: usize, av: &[f32], bv: &[f32], sa: &[usize], sb: &[usize], ia: isize, ib: isize, f: F) {
+    // Whole tensor contiguous in both operands: one flat pass.
+    let n = o.len();
+    if ia == 1 && ib == 1 && sa.len() > 1 && sa.windows(2).all(|w| w[1] == w[0] + row_len) && sb.windows(2).all(|w| w[1] == w[0] + row_len) {
+        let (x, y) = (&av[sa[0]..][..n], &bv[sb[0]..][..n]);
+        if n < 32768 {
+            o.iter_mut().zip(x.iter().zip(y)).for_each(|(v, (&p, &q))| *v = f(p, q));
+        } else {
+            o.par_chunks_mut(16384)
+                .zip(x.par_chunks(16384).zip(y.par_chunks(16384)))
+                .for_each(|(oc, (xc, yc))| oc.iter_mut().zip(xc.iter().zip(yc)).for_each(|(v, (&p, &q))| *v = f(p, q)));
+        }
+        return;
+    }
+    for_rows(o, row_len, |r, orow| {
+        let n = orow.len();
+        match (ia, ib) {
+            (1, 1) => {
+                let (x, y) = (&av[sa[r]..][..n], &bv[sb[r]..][..n]);
+                orow.iter_mut().zip(x.iter().zip(y)).for_each(|(v, (&p, &q))| *v = f(p, q));
+            }
+            (1, 0) => {
+                let (x, y) = (&av[sa[r]..][..n], bv[sb[r]]);
+                orow.iter_mut().zip(x).for_each(|(v, &p)| *v = f(p, y));
+            }
+            (0, 1) => {
+                let (x, y) = (av[sa[r]], &bv[sb[r]..][..n]);
+                orow.iter_mut().zip(y).for_each(|(v, &q)| *v = f(x, q));
+            }
+            _ => {
+                for (j, v) in orow.iter_mut().enumerate() {
+                    *v = f(av[(sa[r] as isize + j as isize * ia) as usize], bv[(sb[r] as isize + j as isize * ib) as usize]);
+                }
+            }
+        }
+    });
+}
+
+fn unary_f(op: UnaryOp) -> fn(f32) -> f32 {
+    match op {
+        UnaryOp::Neg => |x| -x,
+        UnaryOp::Exp => f32::exp,
+        UnaryOp::Log => f32::ln,
+        UnaryOp::Tanh => f32::tanh,
+        UnaryOp::Sqrt => f32::sqrt,
+        UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
+        UnaryOp::Recip => |x| 1.0 / x,
+        UnaryOp::Sin => f32::sin,
+        UnaryOp::Cos => f32::cos,
+        UnaryOp::Abs => f32::abs,
+    }
+}
+
+fn binary_f(op: BinaryOp) -> fn(f32, f32) -> f32 {
+    match op {
+        BinaryOp::Add => |a, b| a + b,
+        BinaryOp::Sub => |a, b| a - b,
+        BinaryOp::Mul => |a, b| a * b,
+        BinaryOp::Div => |a, b| a / b,
+        BinaryOp::Max => f32::max,
+        BinaryOp::Min => f32::min,
+        BinaryOp::And => |a, b| ((a != 0.0) && (b != 0.0)) as u8 as f32,
+        BinaryOp::Or => |a, b| ((a != 0.0) || (b != 0.0)) as u8 as f32,
+    }
+}
+
+fn binary_i(op: BinaryOp) -> fn(i32, i32) -> i32 {
+    match op {
+        BinaryOp::Add => i32::wrapping_add,
+        BinaryOp::Sub => i32::wrapping_sub,
+        BinaryOp::Mul => i32::wrapping_mul,
+        BinaryOp::Div => |a, b| if b == 0 { 0 } else { a.wrapping_div(b) },
+        BinaryOp::Max => i32::max,
+        BinaryOp::Min => i32::min,
+        BinaryOp::And => |a, b| ((a != 0) && (b != 0)) as i32,
+        BinaryOp::Or => |a, b| ((a != 0) || (b != 0)) as i32,
+    }
+}
+
+fn compare<T: PartialOrd>(op: CmpOp, a: T, b: T) -> bool {
+    match op {
+        CmpOp::Eq => a == b,
+        CmpOp::Ne => a != b,
+        CmpOp::Lt => a < b,
+        CmpOp::Le => a <= b,
+        CmpOp::Gt => a > b,
+        CmpOp::Ge => a >= b,
+    }
+}
+
+fn same_shape(inputs: &[Layout], out: &Layout) -> Result<(), String> {
+    for l in inputs {
+        if l.shape != out.shape {
+            return Err(format!("operand shape {:?} differs from output {:?} (broadcast must be a strided view)", l.shape, out.shape));
+        }
+    }
+    Ok(())
+}
+
+fn need(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+fn quant_or_f32(d: DType) -> Option<tg_quant::GgmlType> {
+    match d {
+        DType::F32 => Some(tg_quant::GgmlType::F32),
+        DType::Quant(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The contract of the CPU's kernels (every family has one entry; see [`super::registry`]).
+pub(crate) fn contract(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
+    need(out.is_contiguous() && out.offset == 0, || "output must be contiguous at offset 0".into())?;
+    need(!matches!(out.dtype, DType::Quant(_)), || "outputs cannot be quantized".into())?;
+    let arity = |n: usize| need(ins.len() == n, || format!("expects {n} operands, got {}", ins.len()));
+    match kernel {
+        Kernel::Fill { .. } => arity(0),
+        Kernel::Iota { axis } => {
+            arity(0)?;
+            need(*axis < out.shape.len() && matches!(out.dtype, DType::F32 | DType::I32), || "iota: bad axis or dtype".into())
+        }
+        Kernel::Unary(_) => {
+            arity(1)?;
+            same_shape(ins, out)?;
+            need(ins[0].dtype == DType::F32 && out.dtype == DType::F32, || "unary ops are f32".into())
+        }
+        Kernel::Binary(_) | Kernel::Compare(_) => {
+            arity(2)?;
+            same_shape(ins, out)?;
+            need(ins[0].dtype == ins[1].dtype && !matches!(ins[0].dtype, DType::Quant(_)), || "operands must share a plain dtype".into())
+        }
+        Kernel::Where => {
+            arity(3)?;
+            same_shape(ins, out)?;
+            need(ins[0].dtype == DType::Bool && ins[1].dtype == out.dtype && ins[2].dtype == out.dtype, || "where: dtypes".into())
+        }
+        Kernel::Cast => {
+            arity(1)?;
+            same_shape(ins, out)?;
+            need(!matches!(ins[0].dtype, DType::Quant(_)), || "cast of quantized storage".into())
+        }
+        Kernel::Reduce { axis, .. } => {
+            arity(1)?;
+            need(ins[0].dtype == DType::F32 && ins[0].is_contiguous(), || "reduce needs a contiguous f32 operand".into())?;
+            let mut s = ins[0].shape.clone();
+            need(*axis < s.len(), || "reduce axis out of range".into())?;
+            s[*axis] = 1;
+            need(s == out.shape, || format!("reduce output {:?} != {:?}", out.shape, s))
+        }
+        Kernel::MatMul { transpose_rhs } => {
+            arity(2)?;
+            let (a, b) = (&ins[0], &ins[1]);
+            let r = out.shape.len();
+            need(a.dtype == DType::F32 && b.dtype == DType::F32, || "matmul_f32 operands must be f32".into())?;
+            need(r >= 2 && a.shape.len() == r && b.shape.len() == r, || "matmul_f32 operands must have the output's rank".into())?;
+            need(a.shape[..r - 2] == out.shape[..r - 2] && b.shape[..r - 2] == out.shape[..r - 2], || "batch dims must be expanded to the output's".into())?;
+            let (m, k) = (a.shape[r - 2], a.shape[r - 1]);
+            let (kb, n) = if *transpose_rhs { (b.shape[r - 1], b.shape[r - 2]) } else { (b.shape[r - 2], b.shape[r - 1]) };
+            need(k == kb && out.shape[r - 2] == m && out.shape[r - 1] == n, || "matmul_f32 dims".into())?;
+            need(a.strides.iter().chain(&b.strides).all(|&s| s >= 0), || "matmul_f32 needs non-negative strides".into())
+        }
+        Kernel::MatMulQuant { .. } => {
+            arity(2)?;
+            let (a, w) = (&ins[0], &ins[1]);
+            need(a.dtype == DType::F32 && a.is_contiguous(), || "matmul_quant: activations must be contiguous f32".into())?;
+            need(quant_or_f32(w.dtype).is_some() && w.shape.len() == 2 && w.is_contiguous() && w.offset == 0, || "matmul_quant: weight must be a whole [n, k] tensor".into())?;
+            let k = *a.shape.last().unwrap_or(&0);
+            need(w.shape[1] == k, || format!("matmul_quant: k mismatch {} vs {}", k, w.shape[1]))?;
+            let mut s = a.shape.clone();
+            if let Some(l) = s.last_mut() {
+                *l = w.shape[0];
+            }
+            need(s == out.shape, || format!("matmul_quant output {:?} != {:?}", out.shape, s))
+        }
+        Kernel::MatMulQuantAdd { quantize_activations } => {
+            arity(3)?;
+            contract(&Kernel::MatMulQuant { quantize_activations: *quantize_activations }, &ins[..2], out)?;
+            let c = &ins[2];
+            let n = *out.shape.last().unwrap_or(&0);
+            let row = c.numel() == n && c.shape.last() == Some(&n);
+            need(c.dtype == DType::F32 && c.is_contiguous() && (row || c.shape == out.shape), || {
+                "matmul_quant_add: the addend must be a contiguous f32 row of n or the output's shape".into()
+            })
+        }
+        Kernel::Copy => {
+            arity(1)?;
+            same_shape(ins, out)?;
+            need(ins[0].dtype == out.dtype, || "copy keeps the dtype".into())
+        }
+        Kernel::Concat { axis } => {
+            need(!ins.is_empty(), || "concat of nothing".into())?;
+            need(ins.iter().all(|l| l.is_contiguous() && l.dtype == out.dtype), || "concat operands must be contiguous and share the dtype".into())?;
+            need(*axis < out.shape.len() && ins.iter().map(|l| l.shape[*axis]).sum::<usize>() == out.shape[*axis], || "concat sizes".into())
+        }
+        Kernel::StoreRows { axis } => {
+            arity(2)?;
+            let (r, o) = (&ins[0], &ins[1]);
+            need(*axis < out.shape.len() && r.shape.len() == out.shape.len(), || "store_rows: axis or rank".into())?;
+            need(r.is_contiguous() && r.dtype == out.dtype, || "store_rows: rows must be contiguous, of the state's dtype".into())?;
+            need((0..out.shape.len()).all(|i| i == *axis || r.shape[i] == out.shape[i]) && r.shape[*axis] <= out.shape[*axis], || "store_rows: rows do not fit".into())?;
+            need(o.dtype == DType::I32 && o.numel() == 1, || "store_rows: offset must be one i32".into())
+        }
+        Kernel::Gather => {
+            arity(2)?;
+            let (t, ids) = (&ins[0], &ins[1]);
+            need(quant_or_f32(t.dtype).is_some() && t.shape.len() == 2 && t.is_contiguous() && t.offset == 0, || "gather: table must be a whole [rows, k] tensor".into())?;
+            need(ids.dtype == DType::I32 && ids.is_contiguous(), || "gather: ids must be contiguous i32".into())?;
+            need(out.numel() == ids.numel() * t.shape[1], || "gather output size".into())
+        }
+        Kernel::RmsNorm { .. } => {
+            arity(2)?;
+            fused_f32(ins)?;
+            same_shape(&ins[..1], out)?;
+            let n = *out.shape.last().unwrap_or(&0);
+            need(ins[1].numel() == n && ins[1].shape.last() == Some(&n), || "rms_norm: the weight must be one row of the last dim".into())
+        }
+        Kernel::RopeNeox => {
+            arity(3)?;
+            fused_f32(ins)?;
+            same_shape(&ins[..1], out)?;
+            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
+            rope_tables(out, &ins[1], &ins[2], "rope_neox")
+        }
+        Kernel::AddRmsNorm { .. } => {
+            arity(3)?;
+            fused_f32(ins)?;
+            let (a, b, w) = (&ins[0], &ins[1], &ins[2]);
+            need(a.shape == b.shape, || "add_rms_norm: the summands must have one shape".into())?;
+            need(out.shape.first() == Some(&2) && out.shape[1..] == a.shape[..], || "add_rms_norm: the output must be [2, ..a.shape]".into())?;
+            let n = *a.shape.last().unwrap_or(&0);
+            need(w.numel() == n && w.shape.last() == Some(&n), || "add_rms_norm: the weight must be one row of the last dim".into())
+        }
+        Kernel::RmsNormRopeNeox { .. } => {
+            arity(4)?;
+            fused_f32(ins)?;
+            same_shape(&ins[..1], out)?;
+            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
+            let d = out.shape[2];
+            need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;
+            rope_tables(out, &ins[2], &ins[3], "rms_norm_rope_neox")
+        }
+        Kernel::GeluTanh | Kernel::Softmax => {
+            arity(1)?;
+            fused_f32(ins)?;
+            same_shape(ins, out)
+        }
+        Kernel::GatedGelu => {
+            arity(2)?;
+            fused_f32(ins)?;
+            same_shape(ins, out)
+        }
+        Kernel::Attention { .. } => {
+            arity(4)?;
+            fused_f32(ins)?;
+            let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
+            need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention: q, k, v must be rank 4".into())?;
+            let (nkv, d) = (q.shape[0], q.shape[3]);
+            let sk = k.shape[2];
+            need(k.shape == [nkv, 1, sk, d] && v.shape == [nkv, 1, sk, d], || "attention: k/v must be [n_kv, 1, sk, d] like q's".into())?;
+            need(m.numel() == q.shape[2] * sk && m.shape.last() == Some(&sk), || "attention: mask must be one [sq, sk] matrix".into())?;
+            same_shape(&ins[..1], out)
+        }
+        Kernel::AttentionSeqMajor { .. } => {
+            arity(4)?;
+            fused_f32(ins)?;
+            let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
+            need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention_seq_major: q, k, v must be rank 4".into())?;
+            let (sq, nkv, d) = (q.shape[0], q.shape[1], q.shape[3]);
+            let sk = k.shape[2];
+            need(k.shape == [nkv, 1, sk, d] && v.shape == [nkv, 1, sk, d], || "attention_seq_major: k/v must be [n_kv, 1, sk, d] for q [sq, n_kv, g, d]".into())?;
+            need(m.numel() == sq * sk && m.shape.last() == Some(&sk), || "attention_seq_major: mask must be one [sq, sk] matrix".into())?;
+            same_shape(&ins[..1], out)
+        }
+    }
+}
+
+/// Runs `kernel` on host bytes: `ins` and the output are the byte ranges of the buffers the
+/// layouts index into.
+pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut [u8], &Layout)) -> Result<(), String> {
+    let n_out = out.numel();
+    let (row_len, _) = inner(out);
+    match kernel {
+        Kernel::Fill { bits } => {
+            let v = f64::from_bits(*bits);
+            match out.dtype {
+                DType::F32 => cast_slice_mut::<f32>(out_b)?[..n_out].fill(v as f32),
+                DType::I32 => cast_slice_mut::<i32>(out_b)?[..n_out].fill(v as i32),
+                DType::Bool => out_b[..n_out].fill((v != 0.0) as u8),
+                DType::Quant(_) => return Err("fill of quantized storage".into()),
+            }
+        }
+        Kernel::Iota { axis } => {
+            let st = contiguous_strides(&out.shape);
+            let size = out.shape[*axis];
+            let idx = |l: usize| (l / st[*axis] as usize) % size;
+            match out.dtype {
+                DType::F32 => cast_slice_mut::<f32>(out_b)?[..n_out].iter_mut().enumerate().for_each(|(l, o)| *o = idx(l) as f32),
+                DType::I32 => cast_slice_mut::<i32>(out_b)?[..n_out].iter_mut().enumerate().for_each(|(l, o)| *o = idx(l) as i32),
+                _ => return Err("iota dtype".into()),
+            }
+        }
+        Kernel::Unary(op) => {
+            let f = unary_f(*op);
+            let a = Src::new(ins[0].0, ins[0].1)?;
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            if let (Src::F32(av), true) = (a, ins[0].1.is_contiguous()) {
+                let av = &av[ins[0].1.offset..][..n_out];
+                tg_kernels::unary_f32(kernel_unary(*op), av, o).map_err(|e| e.to_string())?;
+            } else {
+                let starts = row_starts(ins[0].1);
+                let (_, s) = inner(ins[0].1);
+                for_rows(o, row_len, |r, orow| {
+                    for (j, v) in orow.iter_mut().enumerate() {
+                        *v = f(a.get((starts[r] as isize + j as isize * s) as usize));
+                    }
+                });
+            }
+        }
+        Kernel::Binary(op) => {
+            let (la, lb) = (ins[0].1, ins[1].1);
+            let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
+            let (sa, sb) = (row_starts(la), row_starts(lb));
+            let (_, ia) = inner(la);
+            let (_, ib) = inner(lb);
+            match out.dtype {
+                DType::F32 => {
+                    let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                    if let (Src::F32(av), Src::F32(bv)) = (a, b) {
+                        // Static dispatch so each op's loop is inlined and vectorised.
+                        macro_rules! go {
+                            ($f:expr) => {
+                                binary_rows(o, row_len, av, bv, &sa, &sb, ia, ib, $f)
+                            };
+                        }
+                        match op {
+                            BinaryOp::Add => go!(|x: f32, y: f32| x + y),
+                            BinaryOp::Sub => go!(|x: f32, y: f32| x - y),
+                            BinaryOp::Mul => go!(|x: f32, y: f32| x * y),
+                            BinaryOp::Div => go!(|x: f32, y: f32| x / y),
+                            BinaryOp::Max => go!(f32::max),
+                            BinaryOp::Min => go!(f32::min),
+                            BinaryOp::And | BinaryOp::Or => go!(binary_f(*op)),
+                        }
+                    } else {
+                        return Err("binary f32 output from non-f32 operands".into());
+                    }
+                }
+                DType::I32 | DType::Bool => {
+                    let f = binary_i(*op);
+                    let compute = |r: usize, j: usize| f(a.get_i((sa[r] as isize + j as isize * ia) as usize), b.get_i((sb[r] as isize + j as isize * ib) as usize));
+                    if out.dtype == DType::I32 {
+                        for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = compute(r, j)));
+                    } else {
+                        for_rows(&mut out_b[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = (compute(r, j) != 0) as u8));
+                    }
+                }
+                DType::Quant(_) => return Err("quantized output".into()),
+            }
+        }
+        Kernel::Compare(op) => {
+            let (la, lb) = (ins[0].1, ins[1].1);
+            let (a, b) = (Src::new(ins[0].0, la)?, Src::new(ins[1].0, lb)?);
+            let (sa, sb) = (row_starts(la), row_starts(lb));
+            let ((_, ia), (_, ib)) = (inner(la), inner(lb));
+            let is_int = la.dtype != DType::F32;
+            for_rows(&mut out_b[..n_out], row_len, |r, orow| {
+                for (j, v) in orow.iter_mut().enumerate() {
+                    let (x, y) = ((sa[r] as isize + j as isize * ia) as usize, (sb[r] as isize + j as isize * ib) as usize);
+                    *v = if is_int { compare(*op, a.get_i(x), b.get_i(y)) } else { compare(*op, a.get(x), b.get(y)) } as u8;
+                }
+            });
+        }
+        Kernel::Where => {
+            let ls: Vec<&Layout> = ins.iter().map(|x| x.1).collect();
+            let srcs: Vec<Src> = ins.iter().map(|(b, l)| Src::new(b, l)).collect::<Result<_, _>>()?;
+            let starts: Vec<Vec<usize>> = ls.iter().map(|l| row_starts(l)).collect();
+            let st: Vec<isize> = ls.iter().map(|l| inner(l).1).collect();
+            let at = |k: usize, r: usize, j: usize| (starts[k][r] as isize + j as isize * st[k]) as usize;
+            match out.dtype {
+                DType::F32 => for_rows(&mut cast_slice_mut::<f32>(out_b)?[..n_out], row_len, |r, orow| {
+                    orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get(at(1, r, j)) } else { srcs[2].get(at(2, r, j)) })
+                }),
+                DType::I32 => for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| {
+                    orow.iter_mut().enumerate().for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) } else { srcs[2].get_i(at(2, r, j)) })
+                }),
+                DType::Bool => for_rows(&mut out_b[..n_out], row_len, |r, orow| {
+                    orow.iter_mut()
+                        .enumerate()
+                        .for_each(|(j, v)| *v = if srcs[0].get_i(at(0, r, j)) != 0 { srcs[1].get_i(at(1, r, j)) as u8 } else { srcs[2].get_i(at(2, r, j)) as u8 })
+                }),
+                DType::Quant(_) => return Err("quantized output".into()),
+            }
+        }
+        Kernel::Cast | Kernel::Copy => {
+            let l = ins[0].1;
+            let a = Src::new(ins[0].0, l)?;
+            let starts = row_starts(l);
+            let (_, s) = inner(l);
+            let at = |r: usize, j: usize| (starts[r] as isize + j as isize * s) as usize;
+            match out.dtype {
+                DType::F32 => {
+                    let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+                    if let Src::F32(av) = a {
+                        if s == 1 {
+                            for_rows(o, row_len, |r, orow| orow.copy_from_slice(&av[starts[r]..][..orow.len()]));
+                            return Ok(());
+                        }
+                    }
+                    for_rows(o, row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get(at(r, j))));
+                }
+                DType::I32 => for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get_i(at(r, j)))),
+                DType::Bool => for_rows(&mut out_b[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = (a.get_i(at(r, j)) != 0) as u8)),
+                DType::Quant(_) => return Err("quantized output".into()),
+            }
+        }
+        Kernel::Reduce { op, axis } => {
+            let l = ins[0].1;
+            let x = &cast_slice::<f32>(ins[0].0)?[l.offset..][..l.numel()];
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            let len = l.shape[*axis];
+            let inner_n: usize = l.shape[axis + 1..].iter().product();
+            if inner_n == 1 {
+                tg_kernels::reduce_rows_f32(kernel_reduce(*op), x, len, o).map_err(|e| e.to_string())?;
+            } else {
+                let outer: usize = l.shape[..*axis].iter().product();
+                for ob in 0..outer {
+                    for p in 0..inner_n {
+                        let it = (0..len).map(|r| x[(ob * len + r) * inner_n + p]);
+                        o[ob * inner_n + p] = match op {
+                            ReduceOp::Sum => it.sum(),
+                            ReduceOp::Mean => it.sum::<f32>() / len as f32,
+                            ReduceOp::Max => it.fold(f32::NEG_INFINITY, f32::max),
+                        };
+                    }
+                }
+            }
+        }
+        Kernel::MatMul { transpose_rhs } => {
+            let (la, lb) = (ins[0].1, ins[1].1);
+            let r = out.shape.len();
+            let (a, b) = (cast_slice::<f32>(ins[0].0)?, cast_slice::<f32>(ins[1].0)?);
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out.shape[r - 1]);
+            let us = |x: isize| usize::try_from(x).map_err(|_| "matmul_f32: negative stride".to_string());
+            // The kernel takes two batch dims; leading ones beyond that are looped here.
+            let nb = r - 2;
+            let lead = nb.saturating_sub(2);
+            let bdim = |l: &Layout, i: usize| -> Result<(usize, usize), String> {
+                // (size, stride) of kernel batch dim i (0 or 1), padding with size-1 dims.
+                let pad = 2 - (nb - lead);
+                if i < pad {
+                    Ok((1, 0))
+                } else {
+                    let d = lead + i - pad;
+                    Ok((l.shape[d], us(l.strides[d])?))
+                }
+            };
+            let batch = [bdim(la, 0)?.0, bdim(la, 1)?.0];
+            let n_lead: usize = out.shape[..lead].iter().product();
+            let per = batch[0] * batch[1] * m * n;
+            for li in 0..n_lead.max(1) {
+                let (mut oa, mut ob) = (la.offset, lb.offset);
+                let mut rem = li;
+                for d in (0..lead).rev() {
+                    let idx = rem % out.shape[d];
+                    rem /= out.shape[d];
+                    oa += idx * us(la.strides[d])?;
+                    ob += idx * us(lb.strides[d])?;
+                }
+                let av = tg_kernels::MatView {
+                    data: a,
+                    offset: oa,
+                    rows: m,
+                    cols: k,
+                    row_stride: us(la.strides[r - 2])?,
+                    col_stride: us(la.strides[r - 1])?,
+                    batch_strides: [bdim(la, 0)?.1, bdim(la, 1)?.1],
+                };
+                let bv = tg_kernels::MatView {
+                    data: b,
+                    offset: ob,
+                    rows: lb.shape[r - 2],
+                    cols: lb.shape[r - 1],
+                    row_stride: us(lb.strides[r - 2])?,
+                    col_stride: us(lb.strides[r - 1])?,
+                    batch_strides: [bdim(lb, 0)?.1, bdim(lb, 1)?.1],
+                };
+                let bv = if *transpose_rhs { bv.t() } else { bv };
+                tg_kernels::matmul_f32(batch, &av, &bv, &mut o[li * per..(li + 1) * per]).map_err(|e| e.to_string())?;
+            }
+        }
+        Kernel::MatMulQuant { quantize_activations } | Kernel::MatMulQuantAdd { quantize_activations } => {
+            let (la, lw) = (ins[0].1, ins[1].1);
+            let ty = quant_or_f32(lw.dtype).ok_or("weight dtype")?;
+            let (k, n) = (lw.shape[1], lw.shape[0]);
+            let m = la.numel() / k.max(1);
+            let x = &cast_slice::<f32>(ins[0].0)?[la.offset..][..m * k];
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            if *quantize_activations {
+                tg_kernels::matmul_qt_q8(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+            } else {
+                tg_kernels::matmul_qt(x, m, k, ins[1].0, ty, n, o).map_err(|e| e.to_string())?;
+            }
+            // The epilogue: the addend over the output the product just wrote (one product
+            // over all rows: splitting rows would stream the weights once per split).
+            if let Kernel::MatMulQuantAdd { .. } = kernel {
+                let c = f32_in(ins, 2)?;
+                if c.len() == n {
+                    o.chunks_mut(n.max(1)).for_each(|row| row.iter_mut().zip(c).for_each(|(o, c)| *o += c));
+                } else {
+                    o.iter_mut().zip(c).for_each(|(o, c)| *o += c);
+                }
+            }
+        }
+        Kernel::Concat { axis } => {
+            let outer: usize = out.shape[..*axis].iter().product();
+            let o = out_b;
+            let eb = out.elem_bytes();
+            let total_chunk: usize = out.shape[*axis..].iter().product::<usize>() * eb;
+            let mut at = 0usize;
+            for (b, l) in ins {
+                let chunk = l.shape[*axis..].iter().product::<usize>() * eb;
+                let src = &b[l.offset * eb..];
+                for ob in 0..outer {
+                    o[ob * total_chunk + at..][..chunk].copy_from_slice(&src[ob * chunk..][..chunk]);
+                }
+                at += chunk;
+            }
+        }
+        Kernel::StoreRows { axis } => {
+            let (rb, rl) = ins[0];
+            let (ob, ol) = ins[1];
+            let off = *cast_slice::<i32>(ob)?.get(ol.offset).ok_or("store_rows: offset outside its buffer")?;
+            let (ext, k) = (out.shape[*axis], rl.shape[*axis]);
+            if off < 0 || off as usize + k > ext {
+                return Err(format!("store_rows: rows {off}..{} past the state's {ext} along axis {axis}", off as i64 + k as i64));
+            }
+            let eb = out.elem_bytes();
+            let inner = out.shape[axis + 1..].iter().product::<usize>() * eb;
+            let outer: usize = out.shape[..*axis].iter().product();
+            let src = rb.get(rl.offset * eb..(rl.offset + rl.numel()) * eb).ok_or("store_rows: rows outside their buffer")?;
+            for a in 0..outer {
+                let dst = (a * ext + off as usize) * inner;
+                out_b.get_mut(dst..dst + k * inner).ok_or("store_rows: state buffer too small")?.copy_from_slice(&src[a * k * inner..(a + 1) * k * inner]);
+            }
+        }
+        Kernel::Gather => {
+            let (lt, li) = (ins[0].1, ins[1].1);
+            let ty = quant_or_f32(lt.dtype).ok_or("table dtype")?;
+            let ids = &cast_slice::<i32>(ins[1].0)?[li.offset..][..li.numel()];
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::get_rows(ins[0].0, ty, lt.shape[1], lt.shape[0], ids, o).map_err(|e| e.to_string())?;
+        }
+        Kernel::RmsNorm { eps_bits } => {
+            let n = *out.shape.last().unwrap_or(&1);
+            let (x, w) = (f32_in(ins, 0)?, f32_in(ins, 1)?);
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::rms_norm(x, w, n_out / n.max(1), n, f64::from_bits(*eps_bits) as f32, o).map_err(|e| e.to_string())?;
+        }
+        Kernel::RopeNeox => {
+            let (seq, heads, d) = (out.shape[0], out.shape[1], out.shape[2]);
+            let (x, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::rope_neox(x, c, sn, seq, heads, d, o).map_err(|e| e.to_string())?;
+        }
+        Kernel::AddRmsNorm { eps_bits } => {
+            let n = *out.shape.last().unwrap_or(&1);
+            let (a, b, w) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
+            let (sum, norm) = cast_slice_mut::<f32>(out_b)?[..n_out].split_at_mut(n_out / 2);
+            tg_kernels::add_rms_norm(a, b, w, sum.len() / n.max(1), n, f64::from_bits(*eps_bits) as f32, sum, norm).map_err(|e| e.to_string())?;
+        }
+        Kernel::RmsNormRopeNeox { eps_bits } => {
+            let (seq, heads, d) = (out.shape[0], out.shape[1], out.shape[2]);
+            let (x, w, c, sn) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::rms_norm_rope_neox(x, w, c, sn, seq, heads, d, f64::from_bits(*eps_bits) as f32, o).map_err(|e| e.to_string())?;
+        }
+        Kernel::GeluTanh => {
+            let x = f32_in(ins, 0)?;
+            tg_kernels::gelu_tanh(x, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+        }
+        Kernel::GatedGelu => {
+            let (g, u) = (f32_in(ins, 0)?, f32_in(ins, 1)?);
+            tg_kernels::gated_gelu_tanh(g, u, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+        }
+        Kernel::Softmax => {
+            let n = *out.shape.last().unwrap_or(&1);
+            let x = f32_in(ins, 0)?;
+            tg_kernels::softmax_rows(x, n_out / n.max(1), n, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+        }
+        Kernel::Attention { scale_bits } | Kernel::AttentionSeqMajor { scale_bits } => {
+            let q = &ins[0].1.shape;
+            let (layout, (nkv, g, sq, d)) = match kernel {
+                Kernel::Attention { .. } => (tg_kernels::AttnLayout::HeadMajor, (q[0], q[1], q[2], q[3])),
+                _ => (tg_kernels::AttnLayout::SeqMajor, (q[1], q[2], q[0], q[3])),
+            };
+            let sk = ins[1].1.shape[2];
+            let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            let scale = f64::from_bits(*scale_bits) as f32;
+            tg_kernels::attention_layout_with(tg_kernels::isa(), layout, qv, kv, vv, mv, nkv, g, sq, sk, d, scale, o).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// RoPE tables for `out: [seq, heads, d]`: `cos` and `sin` hold one row of `d/2` per position.
+fn rope_tables(out: &Layout, cos: &Layout, sin: &Layout, what: &str) -> Result<(), String> {
+    let (seq, half) = (out.shape[0], out.shape[2] / 2);
+    let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
+    need(ok(cos) && ok(sin), || format!("{what}: cos/sin must be [seq, .., d/2] with one row per position"))
+}
+
+/// All operands contiguous f32 (the fused kernels read plain rows).
+fn fused_f32(ins: &[Layout]) -> Result<(), String> {
+    need(ins.iter().all(|l| l.dtype == DType::F32 && l.is_contiguous()), || "fused kernels need contiguous f32 operands".into())
+}
+
+/// Operand `i` as its contiguous f32 elements.
+fn f32_in<'a>(ins: &[(&'a [u8], &Layout)], i: usize) -> Result<&'a [f32], String> {
+    let (b, l) = ins[i];
+    Ok(&cast_slice::<f32>(b)?[l.offset..][..l.numel()])
+}
+
+fn kernel_unary(op: UnaryOp) -> tg_kernels::UnaryOp {
+    match op {
+        UnaryOp::Neg => tg_kernels::UnaryOp::Neg,
+        UnaryOp::Exp => tg_kernels::UnaryOp::Exp,
+        UnaryOp::Log => tg_kernels::UnaryOp::Log,
+        UnaryOp::Tanh => tg_kernels::UnaryOp::Tanh,
+        UnaryOp::Sqrt => tg_kernels::UnaryOp::Sqrt,
+        UnaryOp::Rsqrt => tg_kernels::UnaryOp::Rsqrt,
+        UnaryOp::Recip => tg_kernels::UnaryOp::Recip,
+        UnaryOp::Sin => tg_kernels::UnaryOp::Sin,
+        UnaryOp::Cos => tg_kernels::UnaryOp::Cos,
+        UnaryOp::Abs => tg_kernels::UnaryOp::Abs,
+    }
+}
+
+fn kernel_reduce(op: ReduceOp) -> tg_kernels::ReduceOp {
+    match op {
+        ReduceOp::Sum => tg_kernels::ReduceOp::Sum,
+        ReduceOp::Mean => tg_kernels::ReduceOp::Mean,
+        ReduceOp::Max => tg_kernels::ReduceOp::Max,
+    }
+}

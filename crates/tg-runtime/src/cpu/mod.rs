@@ -1,0 +1,214 @@
+//! The CPU device: host memory (64-byte aligned allocations; weights read in place from the
+//! store's mapping), one queue (launches run synchronously), the SIMD kernels of
+//! `tg-kernels` on a rayon pool.
+
+mod kernels;
+
+use crate::device::{check_range, new_device_id};
+use crate::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Kernel, KernelEntry, KernelRegistry, FAMILIES};
+use std::cell::UnsafeCell;
+use std::sync::{Arc, OnceLock};
+use tg_ir::WeightStore;
+
+/// 64-byte aligned storage.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([u8; 64]);
+
+/// What a CPU buffer is: host memory of ours, or a weight read in place.
+enum CpuMem {
+    Owned(UnsafeCell<Vec<Line>>),
+    Weight {
+        ptr: *const u8,
+        len: usize,
+        /// Keeps the mapping `ptr` points into alive.
+        _store: Arc<dyn WeightStore + Send + Sync>,
+    },
+}
+
+// SAFETY: owned memory is only touched through `CpuDevice`'s methods, whose callers (the
+// executor, the profiler) never let a write overlap another access to the same bytes (the
+// validated plan guarantees it for steps); weight memory is never written.
+unsafe impl Send for CpuMem {}
+unsafe impl Sync for CpuMem {}
+
+impl CpuMem {
+    fn ptr(&self) -> (*mut u8, usize, bool) {
+        match self {
+            CpuMem::Owned(v) => {
+                // SAFETY: taking the pointer does not create a reference to the contents.
+                let v = unsafe { &mut *v.get() };
+                (v.as_mut_ptr() as *mut u8, v.len() * 64, true)
+            }
+            CpuMem::Weight { ptr, len, .. } => (*ptr as *mut u8, *len, false),
+        }
+    }
+}
+
+/// The host CPU with a fixed number of worker threads.
+pub struct CpuDevice {
+    id: u64,
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl CpuDevice {
+    /// A CPU device with `threads` workers (0 = all cores).
+    pub fn new(threads: usize) -> Result<CpuDevice, String> {
+        let threads = if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
+        let pool =
+            rayon::ThreadPoolBuilder::new().num_threads(threads).thread_name(|i| format!("tg-cpu-{i}")).build().map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
+        Ok(CpuDevice { id: new_device_id(), pool, threads })
+    }
+
+    /// Worker thread count.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn mem<'a>(&self, b: &'a DeviceBuffer) -> Result<&'a CpuMem, DeviceError> {
+        b.memory::<CpuMem>(self.id).ok_or_else(|| DeviceError::ForeignBuffer { device: "cpu".into() })
+    }
+
+    /// The bytes `[offset, offset + len)` of `b`, checked.
+    fn region(&self, b: &DeviceBuffer, offset: usize, len: usize) -> Result<(*mut u8, bool), DeviceError> {
+        let (p, n, w) = self.mem(b)?.ptr();
+        if offset.checked_add(len).is_none_or(|e| e > n) {
+            return Err(DeviceError::Range { device: "cpu".into(), start: offset, end: offset.saturating_add(len), len: n });
+        }
+        // SAFETY: in range (checked above).
+        Ok((unsafe { p.add(offset) }, w))
+    }
+}
+
+/// The CPU's kernel registry: every family, each with the contract in `kernels::contract`.
+pub fn cpu_registry() -> &'static KernelRegistry {
+    static R: OnceLock<KernelRegistry> = OnceLock::new();
+    R.get_or_init(|| {
+        KernelRegistry::new(
+            "cpu",
+            FAMILIES.iter().map(|&family| KernelEntry { family, contract: kernels::contract, note: "tg-kernels (AVX-512 / AVX2 / scalar, chosen at run time), rayon" }).collect(),
+        )
+    })
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn host_memory() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn kind(&self) -> DeviceKind {
+        DeviceKind::Cpu
+    }
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: "cpu".into(),
+            kind: DeviceKind::Cpu,
+            description: cpu_model(),
+            memory_bytes: host_memory(),
+            max_alloc_bytes: None,
+            compute_units: self.threads,
+            driver: format!("tg-kernels, {:?} kernels", tg_kernels::isa()),
+        }
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn registry(&self) -> &KernelRegistry {
+        cpu_registry()
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, DeviceError> {
+        let oom = || DeviceError::OutOfMemory { device: "cpu".into(), bytes, limit: host_memory() };
+        let n = bytes.div_ceil(64);
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(n).map_err(|_| oom())?;
+        lines.resize(n, Line([0; 64]));
+        Ok(DeviceBuffer::new(self.id, bytes, Box::new(CpuMem::Owned(UnsafeCell::new(lines)))))
+    }
+
+    fn bind_weight(&self, store: &Arc<dyn WeightStore + Send + Sync>, name: &str) -> Result<Arc<DeviceBuffer>, DeviceError> {
+        let b = store.bytes(name).ok_or_else(|| DeviceError::MissingWeight(name.into()))?;
+        let mem = CpuMem::Weight { ptr: b.as_ptr(), len: b.len(), _store: store.clone() };
+        Ok(Arc::new(DeviceBuffer::new(self.id, b.len(), Box::new(mem))))
+    }
+
+    fn write(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), DeviceError> {
+        check_range("cpu", dst, offset, src.len())?;
+        let (p, w) = self.region(dst, offset, src.len())?;
+        if !w {
+            return Err(DeviceError::Driver { device: "cpu".into(), detail: "a weight is read-only".into() });
+        }
+        // SAFETY: range checked; the caller does not access these bytes concurrently.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        Ok(())
+    }
+
+    fn read(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<(), DeviceError> {
+        let (p, _) = self.region(src, offset, dst.len())?;
+        // SAFETY: range checked; no write to these bytes is in flight.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn copy(&self, src: &DeviceBuffer, src_offset: usize, dst: &DeviceBuffer, dst_offset: usize, bytes: usize) -> Result<(), DeviceError> {
+        let (s, _) = self.region(src, src_offset, bytes)?;
+        let (d, w) = self.region(dst, dst_offset, bytes)?;
+        if !w {
+            return Err(DeviceError::Driver { device: "cpu".into(), detail: "a weight is read-only".into() });
+        }
+        // SAFETY: both ranges checked; `copy` tolerates overlap.
+        unsafe { std::ptr::copy(s, d, bytes) };
+        Ok(())
+    }
+
+    fn fill(&self, dst: &DeviceBuffer, offset: usize, bytes: usize, value: u8) -> Result<(), DeviceError> {
+        let (d, w) = self.region(dst, offset, bytes)?;
+        if !w {
+            return Err(DeviceError::Driver { device: "cpu".into(), detail: "a weight is read-only".into() });
+        }
+        // SAFETY: range checked.
+        unsafe { std::ptr::write_bytes(d, value, bytes) };
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+
+    fn scope(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(f)
+    }
+
+    fn launch(&self, _queue: usize, kernel: &Kernel, ins: &[Arg], out: Arg) -> Result<(), String> {
+        let mut slices: Vec<(&[u8], &crate::Layout)> = Vec::with_capacity(ins.len());
+        for a in ins {
+            let (p, _) = self.region(a.buffer, a.offset, a.bytes).map_err(|e| e.to_string())?;
+            // SAFETY: in range; no step writes an operand while it is read.
+            slices.push((unsafe { std::slice::from_raw_parts(p as *const u8, a.bytes) }, a.layout));
+        }
+        let (p, w) = self.region(out.buffer, out.offset, out.bytes).map_err(|e| e.to_string())?;
+        if !w {
+            return Err("the output is a weight".into());
+        }
+        // SAFETY: in range; the validated plan never lets a live input overlap the output.
+        let o = unsafe { std::slice::from_raw_parts_mut(p, out.bytes) };
+        kernels::run(kernel, &slices, (o, out.layout))
+    }
+}
