@@ -132,7 +132,10 @@ pub struct ClArg<'a> {
 /// Builds an OpenCL program from `sources` for `device`; a compile error returns
 /// [`ClError::Build`] with the program name and the full build log.
 pub fn build_program(context: &Context, device: &Device, name: &str, sources: &[&str], options: &str) -> Result<Program, ClError> {
-    let mut program = Program::create_from_sources(context, sources).map_err(|e| ClError::Api { what: format!("create program `{name}`"), code: e.to_string() })?;
+    // One joined string: cl3 0.13's create_program_with_source passes `&str` fat pointers as
+    // the C string array, which is only right for a single source.
+    let joined = sources.join("\n");
+    let mut program = Program::create_from_source(context, &joined).map_err(|e| ClError::Api { what: format!("create program `{name}`"), code: e.to_string() })?;
     if let Err(e) = program.build(&[device.id()], options) {
         let log = program.get_build_log(device.id()).unwrap_or_else(|l| format!("(no build log: {l})"));
         return Err(ClError::Build { program: name.to_string(), code: e.to_string(), log });
