@@ -114,6 +114,10 @@ pub fn run(env: &Env, kernel: &Kernel, ins: &[In], out: &Layout) -> Result<Vec<u
 
 /// As [`run`]; `state` gives the output's initial bytes (else all poison).
 pub fn run_with_state(env: &Env, kernel: &Kernel, ins: &[In], out: &Layout, state: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    // One launch at a time: the status buffer that records run-time errors is shared by
+    // every launch of the program (a concurrently running test could take another's error).
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let in_base = 64;
     let bufs: Vec<Buffer<u8>> = ins.iter().map(|i| upload(env, &i.bytes, in_base)).collect();
     let need = out.bytes_needed().expect("output layout");
