@@ -18,7 +18,9 @@
 //! the rows past the end of the state) and [`Kernel::Gather`] (an id outside the table). Both
 //! check on the device, write nothing that would be out of range, and record the first such
 //! error in a small status buffer; [`ClKernels::take_error`] reads (and clears) it — call it
-//! after a run, where the CPU device would have returned the error from `launch`.
+//! after a run, where the CPU device would have returned the error from `launch`. The status
+//! buffer belongs to the [`ClKernels`]: runs on several queues at once share it, and the first
+//! error of any of them goes to whichever reads it first.
 //!
 //! # Numerics
 //! f32 paths accumulate in f32 (interleaved partial sums); quantized weights are dequantized
