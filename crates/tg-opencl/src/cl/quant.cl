@@ -103,6 +103,20 @@ inline float addend(__global const uchar* c, long cbase, long coff, int cmode, l
     return cmode == 1 ? cp[j] : cp[i * n + j];
 }
 
+inline float hsum16(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+inline int ihsum16(int16 v) {
+    int8 a = v.lo + v.hi;
+    int4 b = a.lo + a.hi;
+    int2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
 // y[i, j] = Σ_e x[i, e] · W[j, e] (+ c), f32 activations, weights dequantized exactly, f32
 // accumulation (one partial sum per 32-element chunk). One work-item: weight row j, up to MT rows.
 __kernel void tg_mmq_f32(__global const uchar* x, long xbase, long xoff,
@@ -116,7 +130,23 @@ __kernel void tg_mmq_f32(__global const uchar* x, long xbase, long xoff,
     __global const float* xr = (__global const float*)(x + xbase) + xoff + r0 * k;
     __global const uchar* wr = w + wbase + j * row_bytes;
     float acc[MT] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (is_plain(ty)) {
+    if (ty == T_Q8_0) {
+        // Explicit 16-lane vectors: one weight block is two char16 loads.
+        float16 av[MT];
+        for (int r = 0; r < MT; ++r) av[r] = (float16)(0.0f);
+        for (long b = 0; b < k / 32; ++b) {
+            __global const uchar* blk = wr + b * 34;
+            float d = ld_half(blk);
+            float16 w0 = convert_float16(vload16(0, (__global const char*)(blk + 2))) * d;
+            float16 w1 = convert_float16(vload16(0, (__global const char*)(blk + 18))) * d;
+            for (int r = 0; r < mt; ++r) {
+                __global const float* xc = xr + r * k + b * 32;
+                av[r] = fma(w0, vload16(0, xc), av[r]);
+                av[r] = fma(w1, vload16(1, xc), av[r]);
+            }
+        }
+        for (int r = 0; r < mt; ++r) acc[r] = hsum16(av[r]);
+    } else if (is_plain(ty)) {
         for (long e = 0; e < k; ++e) {
             float wv = deq_plain(ty, wr, e);
             for (int r = 0; r < mt; ++r) acc[r] = fma(wv, xr[r * k + e], acc[r]);
@@ -239,7 +269,19 @@ __kernel void tg_mmq_q8(__global const uchar* x, long xbase, long xoff,
     __global const uchar* wr = w + wbase + j * row_bytes;
     float acc[MT] = {0.0f, 0.0f, 0.0f, 0.0f};
     char q[32];
-    if (act == 0) {
+    if (ty == T_Q8_0) {
+        for (long b = 0; b < nb; ++b) {
+            __global const uchar* blk = wr + b * 34;
+            int16 w0 = convert_int16(vload16(0, (__global const char*)(blk + 2)));
+            int16 w1 = convert_int16(vload16(0, (__global const char*)(blk + 18)));
+            float dw = ld_half(blk);
+            for (int r = 0; r < mt; ++r) {
+                __local const char* xp = xq + r * k + b * 32;
+                int16 p = w0 * convert_int16(vload16(0, xp)) + w1 * convert_int16(vload16(1, xp));
+                acc[r] += (dw * xd[r * nb + b]) * (float)ihsum16(p);
+            }
+        }
+    } else if (act == 0) {
         int bbytes = ty == T_Q8_0 ? 34 : ty == T_Q4_0 ? 18 : 22;
         for (long b = 0; b < nb; ++b) {
             quants32(ty, wr, b, q);
