@@ -300,7 +300,7 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
         }
         Kernel::RmsNorm { eps_bits } => {
             let n = *ol.shape.last().unwrap_or(&1);
-            let rows = if n == 0 { 0 } else { n_out / n };
+            let rows = n_out.checked_div(n).unwrap_or(0);
             let mut args = Vec::from(t(&ins[0]));
             args.extend(t(&ins[1]));
             args.extend(t(out));
@@ -309,7 +309,7 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
         }
         Kernel::AddRmsNorm { eps_bits } => {
             let n = *ol.shape.last().unwrap_or(&1);
-            let rows = if n == 0 { 0 } else { n_out / 2 / n };
+            let rows = (n_out / 2).checked_div(n).unwrap_or(0);
             let mut args = Vec::from(t(&ins[0]));
             args.extend(t(&ins[1]));
             args.extend(t(&ins[2]));
@@ -343,7 +343,7 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
         }
         Kernel::Softmax => {
             let n = *ol.shape.last().unwrap_or(&1);
-            let rows = if n == 0 { 0 } else { n_out / n };
+            let rows = n_out.checked_div(n).unwrap_or(0);
             let mut args = Vec::from(t(&ins[0]));
             args.extend(t(out));
             args.extend([l(rows), l(n)]);

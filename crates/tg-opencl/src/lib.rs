@@ -224,3 +224,12 @@ impl ClKernels {
         Err(msg)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernels_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<super::ClKernels>();
+    }
+}

@@ -203,7 +203,7 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
             arity(3)?;
             fused_f32(ins)?;
             same_shape(&ins[..1], out)?;
-            need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rope_neox: x must be [seq, heads, even d]".into())?;
+            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
             rope_tables(out, &ins[1], &ins[2], "rope_neox")
         }
         Kernel::AddRmsNorm { .. } => {
@@ -219,7 +219,7 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
             arity(4)?;
             fused_f32(ins)?;
             same_shape(&ins[..1], out)?;
-            need(out.shape.len() == 3 && out.shape[2] % 2 == 0, || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
+            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
             let d = out.shape[2];
             need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;
             rope_tables(out, &ins[2], &ins[3], "rms_norm_rope_neox")

@@ -35,8 +35,8 @@ fn fill_all_dtypes() {
         let out = Layout::contiguous(&[3, 7], dtype);
         let got = run(env, &Kernel::Fill { bits: v.to_bits() }, &[], &out).unwrap();
         let want: Vec<u8> = match dtype {
-            DType::F32 => f32_bytes(&vec![v as f32; 21]),
-            DType::I32 => i32_bytes(&vec![v as i32; 21]),
+            DType::F32 => f32_bytes(&[v as f32; 21]),
+            DType::I32 => i32_bytes(&[v as i32; 21]),
             _ => vec![(v != 0.0) as u8; 21],
         };
         assert_eq!(got, want, "fill {dtype:?} {v}");

@@ -157,7 +157,7 @@ fn matmul_quant_all_types_both_numerics() {
                 let what = format!("{ty} m={m} k={k} q8={qa}");
                 let ins = [In { bytes: f32_bytes(&xs), layout: xl.clone() }, In { bytes: wb.clone(), layout: wl.clone() }];
                 let got = to_f32(&run(env, &Kernel::MatMulQuant { quantize_activations: qa }, &ins, &f(&[m, n])).unwrap());
-                check(&what, &got, &want, &tol);
+                check(&what, &got, &want, tol);
                 // The CPU kernel of the same numerics.
                 let mut cpu = vec![0f32; m * n];
                 if qa {
@@ -239,7 +239,7 @@ fn time_matmul(env: &Env, ty: GgmlType, m: usize, n: usize, k: usize, qa: bool) 
         env.queue.finish().unwrap();
     };
     go();
-    let reps = 3;
+    let reps = 10;
     let t = std::time::Instant::now();
     for _ in 0..reps {
         go();

@@ -146,6 +146,27 @@ __kernel void tg_mmq_f32(__global const uchar* x, long xbase, long xoff,
             }
         }
         for (int r = 0; r < mt; ++r) acc[r] = hsum16(av[r]);
+    } else if (ty == T_Q4_K) {
+        float16 av[MT];
+        for (int r = 0; r < MT; ++r) av[r] = (float16)(0.0f);
+        for (long b = 0; b < k / 256; ++b) {
+            __global const uchar* blk = wr + b * 144;
+            float d = ld_half(blk), dmin = ld_half(blk + 2);
+            for (int s = 0; s < 8; ++s) {
+                int2 sm = scale_min_k4(s, blk + 4);
+                float dl = d * (float)sm.x, ml = dmin * (float)sm.y;
+                __global const uchar* qs = blk + 16 + 32 * (s / 2);
+                uchar sh = (uchar)(4 * (s % 2));
+                float16 w0 = convert_float16((vload16(0, qs) >> sh) & (uchar)15) * dl - ml;
+                float16 w1 = convert_float16((vload16(1, qs) >> sh) & (uchar)15) * dl - ml;
+                for (int r = 0; r < mt; ++r) {
+                    __global const float* xc = xr + r * k + b * 256 + 32 * s;
+                    av[r] = fma(w0, vload16(0, xc), av[r]);
+                    av[r] = fma(w1, vload16(1, xc), av[r]);
+                }
+            }
+        }
+        for (int r = 0; r < mt; ++r) acc[r] = hsum16(av[r]);
     } else if (is_plain(ty)) {
         for (long e = 0; e < k; ++e) {
             float wv = deq_plain(ty, wr, e);
@@ -297,6 +318,20 @@ __kernel void tg_mmq_q8(__global const uchar* x, long xbase, long xoff,
             __global const uchar* blk = wr + b * bbytes;
             int isum[MT] = {0, 0, 0, 0}, msum[MT] = {0, 0, 0, 0};
             for (int s = 0; s < 8; ++s) {
+                if (ty == T_Q4_K) {
+                    int2 sm = scale_min_k4(s, blk + 4);
+                    __global const uchar* qs = blk + 16 + 32 * (s / 2);
+                    uchar sh = (uchar)(4 * (s % 2));
+                    int16 w0 = convert_int16((vload16(0, qs) >> sh) & (uchar)15);
+                    int16 w1 = convert_int16((vload16(1, qs) >> sh) & (uchar)15);
+                    for (int r = 0; r < mt; ++r) {
+                        __local const char* xp = xq + r * k + b * 256 + 32 * s;
+                        __local const short* bsum = xs + 16 * (r * nb + b);
+                        isum[r] += sm.x * ihsum16(w0 * convert_int16(vload16(0, xp)) + w1 * convert_int16(vload16(1, xp)));
+                        msum[r] += sm.y * ((int)bsum[2 * s] + (int)bsum[2 * s + 1]);
+                    }
+                    continue;
+                }
                 quants32(ty, wr, b * 8 + s, q);
                 if (ty == T_Q6_K) {
                     int sc0 = (char)blk[192 + 2 * s], sc1 = (char)blk[192 + 2 * s + 1];
