@@ -252,7 +252,13 @@ fn time_matmul(env: &Env, ty: GgmlType, m: usize, n: usize, k: usize, qa: bool) 
 #[ignore]
 fn bench_matmul_quant() {
     let Some(env) = env() else { return };
-    for (ty, m, n, k) in [(GgmlType::Q4_K, 6, 640, 2048), (GgmlType::Q8_0, 6, 2048, 640), (GgmlType::Q8_0, 1, 262_144, 640)] {
+    for (ty, m, n, k) in [
+        (GgmlType::Q4_K, 6, 640, 2048),
+        (GgmlType::Q6_K, 6, 640, 2048),
+        (GgmlType::Q5_0, 6, 2048, 640),
+        (GgmlType::Q8_0, 6, 2048, 640),
+        (GgmlType::Q8_0, 1, 262_144, 640),
+    ] {
         for qa in [false, true] {
             println!("{ty} x[{m},{k}] · W[{n},{k}]ᵀ q8={qa}: {:.1} ms", time_matmul(env, ty, m, n, k, qa));
         }

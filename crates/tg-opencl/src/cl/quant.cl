@@ -16,6 +16,20 @@
 // Activation-row tile of the quantized matmuls (rows sharing one pass over a weight row).
 #define MT 4
 
+inline float hsum16(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+inline int ihsum16(int16 v) {
+    int8 a = v.lo + v.hi;
+    int4 b = a.lo + a.hi;
+    int2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
 inline int is_plain(int ty) { return ty == T_F32 || ty == T_F16 || ty == T_BF16; }
 
 // Element e of a plain-typed (F32/F16/BF16) row.
@@ -103,18 +117,18 @@ inline float addend(__global const uchar* c, long cbase, long coff, int cmode, l
     return cmode == 1 ? cp[j] : cp[i * n + j];
 }
 
-inline float hsum16(float16 v) {
-    float8 a = v.lo + v.hi;
-    float4 b = a.lo + a.hi;
-    float2 c = b.lo + b.hi;
-    return c.x + c.y;
-}
-
-inline int ihsum16(int16 v) {
-    int8 a = v.lo + v.hi;
-    int4 b = a.lo + a.hi;
-    int2 c = b.lo + b.hi;
-    return c.x + c.y;
+// Quants (q - 32) of 32-element chunk s (0..8) of a Q6_K block, as two 16-lane vectors:
+// element 32s + t has low bits from ql[64h + 32(s%2) + t] >> 4((s%4)/2) and high bits from
+// qh[32h + t] >> 2(s%4), h = s/4 (the element order of tg-quant's BlockQ6K).
+inline void q6k_chunk(__global const uchar* blk, int s, int16* a, int16* b) {
+    int h = s / 4;
+    __global const uchar* ql = blk + 64 * h + 32 * (s % 2);
+    __global const uchar* qh = blk + 128 + 32 * h;
+    uchar shl = (uchar)(4 * ((s % 4) / 2)), shh = (uchar)(2 * (s % 4));
+    uchar16 l0 = (vload16(0, ql) >> shl) & (uchar)15, l1 = (vload16(1, ql) >> shl) & (uchar)15;
+    uchar16 h0 = (vload16(0, qh) >> shh) & (uchar)3, h1 = (vload16(1, qh) >> shh) & (uchar)3;
+    *a = convert_int16(l0 | (h0 << (uchar)4)) - 32;
+    *b = convert_int16(l1 | (h1 << (uchar)4)) - 32;
 }
 
 // y[i, j] = Σ_e x[i, e] · W[j, e] (+ c), f32 activations, weights dequantized exactly, f32
@@ -167,6 +181,25 @@ __kernel void tg_mmq_f32(__global const uchar* x, long xbase, long xoff,
             }
         }
         for (int r = 0; r < mt; ++r) acc[r] = hsum16(av[r]);
+    } else if (ty == T_Q6_K) {
+        float16 av[MT];
+        for (int r = 0; r < MT; ++r) av[r] = (float16)(0.0f);
+        for (long b = 0; b < k / 256; ++b) {
+            __global const uchar* blk = wr + b * 210;
+            float d = ld_half(blk + 208);
+            for (int s = 0; s < 8; ++s) {
+                int16 qa, qb;
+                q6k_chunk(blk, s, &qa, &qb);
+                float16 w0 = convert_float16(qa) * (d * (float)(char)blk[192 + 2 * s]);
+                float16 w1 = convert_float16(qb) * (d * (float)(char)blk[193 + 2 * s]);
+                for (int r = 0; r < mt; ++r) {
+                    __global const float* xc = xr + r * k + b * 256 + 32 * s;
+                    av[r] = fma(w0, vload16(0, xc), av[r]);
+                    av[r] = fma(w1, vload16(1, xc), av[r]);
+                }
+            }
+        }
+        for (int r = 0; r < mt; ++r) acc[r] = hsum16(av[r]);
     } else if (is_plain(ty)) {
         for (long e = 0; e < k; ++e) {
             float wv = deq_plain(ty, wr, e);
@@ -179,14 +212,7 @@ __kernel void tg_mmq_f32(__global const uchar* x, long xbase, long xoff,
             decode32(ty, wr, ch, wv);
             for (int r = 0; r < mt; ++r) {
                 __global const float* xc = xr + r * k + ch * 32;
-                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-                for (int t = 0; t < 32; t += 4) {
-                    s0 = fma(wv[t], xc[t], s0);
-                    s1 = fma(wv[t + 1], xc[t + 1], s1);
-                    s2 = fma(wv[t + 2], xc[t + 2], s2);
-                    s3 = fma(wv[t + 3], xc[t + 3], s3);
-                }
-                acc[r] += (s0 + s1) + (s2 + s3);
+                acc[r] += hsum16(fma(vload16(0, wv), vload16(0, xc), vload16(1, wv) * vload16(1, xc)));
             }
         }
     }
@@ -253,15 +279,8 @@ inline void quant_q8_k(__global const float* x, __local char* q, __local float* 
 }
 
 inline int idot32(const char* a, __local const char* b) {
-    int s = 0;
-    for (int t = 0; t < 32; ++t) s += (int)a[t] * (int)b[t];
-    return s;
-}
-
-inline int idot16(const char* a, __local const char* b) {
-    int s = 0;
-    for (int t = 0; t < 16; ++t) s += (int)a[t] * (int)b[t];
-    return s;
+    int16 p = convert_int16(vload16(0, a)) * convert_int16(vload16(0, b)) + convert_int16(vload16(1, a)) * convert_int16(vload16(1, b));
+    return ihsum16(p);
 }
 
 // y = x · Wᵀ (+ c) with activation rows quantized first (Q8_0 for the 32-blocks, Q8_K for the
@@ -332,14 +351,16 @@ __kernel void tg_mmq_q8(__global const uchar* x, long xbase, long xoff,
                     }
                     continue;
                 }
-                quants32(ty, wr, b * 8 + s, q);
                 if (ty == T_Q6_K) {
+                    int16 qa, qb;
+                    q6k_chunk(blk, s, &qa, &qb);
                     int sc0 = (char)blk[192 + 2 * s], sc1 = (char)blk[192 + 2 * s + 1];
                     for (int r = 0; r < mt; ++r) {
                         __local const char* xp = xq + r * k + b * 256 + 32 * s;
-                        isum[r] += sc0 * idot16(q, xp) + sc1 * idot16(q + 16, xp + 16);
+                        isum[r] += sc0 * ihsum16(qa * convert_int16(vload16(0, xp))) + sc1 * ihsum16(qb * convert_int16(vload16(1, xp)));
                     }
                 } else {
+                    quants32(ty, wr, b * 8 + s, q);
                     int2 sm = scale_min_k4(s, blk + 4);
                     for (int r = 0; r < mt; ++r) {
                         __local const char* xp = xq + r * k + b * 256 + 32 * s;
