@@ -29,16 +29,6 @@ fn first_device() -> Option<Device> {
     platforms.iter().find_map(|p| p.get_devices(CL_DEVICE_TYPE_ALL).ok()?.first().map(|&d| Device::new(d)))
 }
 
-/// Just the device and a context (for tests that build their own programs).
-pub fn device_context() -> Option<(Device, Context)> {
-    let Some(device) = first_device() else {
-        skip();
-        return None;
-    };
-    let context = Context::from_device(&device).expect("context");
-    Some((device, context))
-}
-
 fn skip() {
     if std::env::var_os("CI").is_some() {
         panic!("no OpenCL platform, and CI is set: the OpenCL tests must run");
