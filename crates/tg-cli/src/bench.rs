@@ -51,6 +51,9 @@ pub struct BenchArgs {
     /// Thread counts, comma separated.
     #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
     threads: Vec<usize>,
+    /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -184,8 +187,13 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
     let mut info = (String::new(), 0u64, 0u64);
+    let backend = match tg_devices::kind_of(&a.device) {
+        Some(tg_runtime::DeviceKind::OpenCl) => "OpenCL",
+        Some(tg_runtime::DeviceKind::Cuda) => "CUDA",
+        _ => "CPU",
+    };
     for &threads in &a.threads {
-        let mut m = Gemma3::load(&path, threads).map_err(|e| e.to_string())?;
+        let mut m = Gemma3::load_on(&path, crate::device(&a.device, threads)?).map_err(|e| e.to_string())?;
         m.set_compile_options(compile_options(a.numerics, &a.no_stage)?);
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
@@ -235,7 +243,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                     info.0,
                     format!("{:.2} MiB", info.2 as f64 / 1048576.0),
                     format!("{:.2} M", info.1 as f64 / 1e6),
-                    "CPU",
+                    backend,
                     r.threads,
                     test,
                     format!("{m:.2} ± {s:.2}")
@@ -255,7 +263,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                         "build_commit": "tensor-graphs",
                         "build_number": 0,
                         "cpu_info": isa,
-                        "backends": "CPU",
+                        "backends": backend,
                         "model_filename": path.display().to_string(),
                         "model_type": info.0,
                         "model_size": info.2,

@@ -27,6 +27,9 @@ pub struct BenchEmbedArgs {
     /// Thread counts, comma separated.
     #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
     threads: Vec<usize>,
+    /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Timed repetitions per workload.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -89,7 +92,7 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
     let dir = model_path::resolve_embedding(a.model)?;
     let mut rows = Vec::new();
     for &t in &a.threads {
-        let mut m = EmbeddingGemma::load(&dir, t).map_err(|e| e.to_string())?;
+        let mut m = EmbeddingGemma::load_on(&dir, crate::device(&a.device, t)?).map_err(|e| e.to_string())?;
         m.set_compile_options(tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() });
         m.set_profiling(a.profile);
         let long = exact_token_text(&m, &words, 512)?;

@@ -23,6 +23,9 @@ pub struct LogitsArgs {
     /// Worker threads (0 = all cores).
     #[arg(short, long, default_value_t = 0)]
     threads: usize,
+    /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Quantized-matmul arithmetic (`exact` or `q8`).
     #[arg(long, value_enum, default_value_t = crate::NumericsArg::Exact)]
     numerics: crate::NumericsArg,
@@ -39,7 +42,7 @@ pub struct LogitsArgs {
 
 /// Runs `tg logits`.
 pub fn run(a: LogitsArgs) -> Result<(), String> {
-    let mut m = crate::load(a.model, a.threads)?;
+    let mut m = crate::load(a.model, a.threads, &a.device)?;
     m.set_compile_options(a.numerics.options());
     let ids = m.tokenizer.encode(&a.prompt, !a.no_bos, true);
     let logits = m.forward(&ids, Logits::Last).map_err(|e| e.to_string())?;

@@ -61,6 +61,9 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
+        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        #[arg(long, default_value = "cpu")]
+        device: String,
         /// Print one JSON object instead of streaming text.
         #[arg(long)]
         json: bool,
@@ -111,6 +114,10 @@ enum Cmd {
         /// Worker threads for `--profile` (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
+        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+
         /// Plan the incremental run of `--seq` new tokens appended to a sequence of this
         /// capacity (the derived graph generation uses; `--profile` runs it at the last
         /// position the capacity allows).
@@ -150,6 +157,9 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
+        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        #[arg(long, default_value = "cpu")]
+        device: String,
         /// Print one JSON object (embeddings, token counts, timings).
         #[arg(long)]
         json: bool,
@@ -175,6 +185,15 @@ enum Cmd {
     Extract(extract::ExtractArgs),
     /// Download the default model into the cache and print its path.
     FetchModel,
+    /// List the devices present (name, kind, memory, compute units, driver).
+    Devices {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also list each device's kernels (its registry).
+        #[arg(long)]
+        kernels: bool,
+    },
 }
 
 type Res<T> = Result<T, String>;
@@ -225,17 +244,57 @@ pub(crate) fn machine_cost() -> tg_compiler::CostSource {
     .clone()
 }
 
-fn load(model: Option<PathBuf>, threads: usize) -> Res<Gemma3> {
+/// Opens the device named on the command line (`cpu`, `opencl`, `opencl:N`); CPU devices run
+/// `threads` workers. Errors name the device and list those present.
+pub(crate) fn device(name: &str, threads: usize) -> Res<std::sync::Arc<dyn tg_runtime::Device>> {
+    tg_devices::open(name, threads).map_err(|e| e.to_string())
+}
+
+fn load(model: Option<PathBuf>, threads: usize, device_name: &str) -> Res<Gemma3> {
     let path = model_path::resolve(model)?;
-    Gemma3::load(&path, threads).map_err(|e| e.to_string())
+    Gemma3::load_on(&path, device(device_name, threads)?).map_err(|e| e.to_string())
+}
+
+/// `tg devices`: every kind of this build with its devices, or why it has none.
+fn devices(json: bool, kernels: bool) -> Res<()> {
+    let list = tg_devices::list();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    for k in &list {
+        if let Some(e) = &k.error {
+            println!("{:<10} none: {e}", k.kind);
+        }
+        for d in &k.devices {
+            let gib = |b: Option<u64>| b.map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or_else(|| "?".into());
+            println!(
+                "{:<10} {:?}  {}  memory {} (largest allocation {}), {} compute units, {}",
+                d.name,
+                d.kind,
+                d.description,
+                gib(d.memory_bytes),
+                gib(d.max_alloc_bytes),
+                d.compute_units,
+                d.driver
+            );
+            if kernels {
+                let Some(reg) = tg_devices::registry_of(d.kind) else { continue };
+                for e in reg.entries() {
+                    println!("    {:<20} {}", e.family, e.note);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, json, no_bos, numerics, no_stage, recompute, cache_budget } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget } => {
             let t0 = std::time::Instant::now();
             let opts = bench::compile_options(numerics, &no_stage)?;
-            let mut m = load(model, threads)?;
+            let mut m = load(model, threads, &device)?;
             m.set_compile_options(opts);
             m.set_incremental(!recompute);
             if let Some(mb) = cache_budget {
@@ -294,8 +353,8 @@ fn run(cli: Cli) -> Res<()> {
         }
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, incremental } => {
-            let mut m = load(model, 0)?;
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental } => {
+            let mut m = load(model, threads, &device_name)?;
             let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
             let mut opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
             opts.cost = machine_cost();
@@ -310,7 +369,7 @@ fn run(cli: Cli) -> Res<()> {
                     inc.graph
                 }
             };
-            let dev: std::sync::Arc<dyn tg_runtime::Device> = std::sync::Arc::new(tg_runtime::CpuDevice::new(threads)?);
+            let dev = device(&device_name, threads)?;
             let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
             if profile {
                 let at = incremental.map(|cap| cap - seq);
@@ -342,27 +401,29 @@ fn run(cli: Cli) -> Res<()> {
                             Some(&(ns, measured)) => format!("{:>10.1} us {}", ns / 1e3, if measured { "m" } else { "f" }),
                             None => format!("{:>12} -", "-"),
                         };
-                        println!("{i:5} {p} {:<20} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
+                        let dev = c.plan.devices.get(s.device).map_or("?", |d| d.as_str());
+                        println!("{i:5} {p} {dev:<9} {:<20} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
                     }
                 }
             }
             Ok(())
         }
         Cmd::Tokenize { model, text, special, bos } => {
-            let m = load(model, 1)?;
+            let m = load(model, 1, "cpu")?;
             for id in m.tokenizer.encode(&text, bos, special) {
                 let piece = m.tokenizer.token_text(id).unwrap_or("?");
                 println!("{id:>7} {piece:?}");
             }
             Ok(())
         }
-        Cmd::Embed { model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts } => {
-            embed(model, prompt_name, dim, threads, json, similarity, list_prompts, query, texts)
+        Cmd::Embed { model, prompt_name, dim, threads, device, json, similarity, list_prompts, query, texts } => {
+            embed(model, prompt_name, dim, threads, &device, json, similarity, list_prompts, query, texts)
         }
         Cmd::Logits(args) => logits::run(args),
         Cmd::Pack(args) => pack::run(args),
         Cmd::Profile(args) => profile::run(args),
         Cmd::Extract(args) => extract::run(args),
+        Cmd::Devices { json, kernels } => devices(json, kernels),
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
             Ok(())
@@ -376,6 +437,7 @@ fn embed(
     prompt_name: Option<String>,
     dim: Option<usize>,
     threads: usize,
+    device_name: &str,
     json: bool,
     similarity: bool,
     list_prompts: bool,
@@ -384,7 +446,7 @@ fn embed(
 ) -> Res<()> {
     let t0 = std::time::Instant::now();
     let dir = model_path::resolve_embedding(model)?;
-    let mut m = tg_models::EmbeddingGemma::load(&dir, threads).map_err(|e| e.to_string())?;
+    let mut m = tg_models::EmbeddingGemma::load_on(&dir, device(device_name, threads)?).map_err(|e| e.to_string())?;
     m.set_compile_options(tg_compiler::CompileOptions { cost: machine_cost(), ..Default::default() });
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     if list_prompts {

@@ -196,7 +196,19 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
             let mut at = 0usize;
             for a in ins {
                 let chunk = prod(&a.layout.shape[*axis..]);
-                let args = [A::M(a.mem), l(a.byte_offset), l(a.layout.offset), l(chunk), A::M(out.mem), l(out.byte_offset), l(ol.offset + at), l(total), l(chunk), l(outer), A::I(esize as i32)];
+                let args = [
+                    A::M(a.mem),
+                    l(a.byte_offset),
+                    l(a.layout.offset),
+                    l(chunk),
+                    A::M(out.mem),
+                    l(out.byte_offset),
+                    l(ol.offset + at),
+                    l(total),
+                    l(chunk),
+                    l(outer),
+                    A::I(esize as i32),
+                ];
                 ck.run(queue, "tg_copy_rows", &args, &[chunk, outer], None)?;
                 at += chunk;
             }
@@ -277,7 +289,10 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
                         let (a, b, c) = bytes(mt);
                         (a + b + c + 1024) as u64 <= ck.local_mem
                     };
-                    let mt = [4usize, 2, 1].into_iter().find(|&mt| fits(mt)).ok_or_else(|| format!("k = {k}: one quantized activation row exceeds the device's {} bytes of local memory", ck.local_mem))?;
+                    let mt = [4usize, 2, 1]
+                        .into_iter()
+                        .find(|&mt| fits(mt))
+                        .ok_or_else(|| format!("k = {k}: one quantized activation row exceeds the device's {} bytes of local memory", ck.local_mem))?;
                     let (qb, db, sb) = bytes(mt);
                     args.extend([A::I(act), A::I(mt as i32), A::Local(qb), A::Local(db), A::Local(sb)]);
                     let lsz = ck.max_group.clamp(1, 64);

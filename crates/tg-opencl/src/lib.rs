@@ -32,9 +32,12 @@
 
 #![warn(missing_docs)]
 
+mod device;
 mod launch;
 mod shape;
 mod supports;
+
+pub use device::{list, registry, Found, OpenClDevice};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -176,7 +179,8 @@ impl ClKernels {
         }
         let mut zeros = [0u8; STATUS_BYTES];
         // SAFETY: the host pointer is valid for STATUS_BYTES bytes and only copied from.
-        let status = unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, STATUS_BYTES, zeros.as_mut_ptr().cast()) }.map_err(api("create status buffer"))?;
+        let status =
+            unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, STATUS_BYTES, zeros.as_mut_ptr().cast()) }.map_err(api("create status buffer"))?;
         let local_mem = device.local_mem_size().map_err(api("device local memory size"))?;
         let max_group = device.max_work_group_size().map_err(api("device max work-group size"))?;
         Ok(ClKernels { _program: program, kernels, status: Mutex::new(status), local_mem, max_group })

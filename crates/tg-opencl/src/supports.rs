@@ -32,11 +32,7 @@ pub(crate) fn weight_type(d: DType) -> Option<GgmlType> {
         DType::Quant(t) => t,
         _ => return None,
     };
-    matches!(
-        t,
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
-    )
-    .then_some(t)
+    matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K).then_some(t)
 }
 
 fn same_shape(ins: &[Layout], out: &Layout) -> Result<(), String> {

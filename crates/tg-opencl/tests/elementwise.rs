@@ -186,14 +186,21 @@ fn compare_f32_i32() {
         let b: Vec<f32> = (0..6).map(|_| r.gen_range(-3..3) as f32).collect();
         let la = Layout::contiguous(&[4, 6], DType::F32);
         let lb = strided(&[4, 6], &[0, 1], 0, DType::F32);
-        let got = run(env, &Kernel::Compare(op), &[In { bytes: f32_bytes(&a), layout: la }, In { bytes: f32_bytes(&b), layout: lb }], &Layout::contiguous(&[4, 6], DType::Bool)).unwrap();
+        let got =
+            run(env, &Kernel::Compare(op), &[In { bytes: f32_bytes(&a), layout: la }, In { bytes: f32_bytes(&b), layout: lb }], &Layout::contiguous(&[4, 6], DType::Bool)).unwrap();
         let want: Vec<u8> = (0..24).map(|i| f(a[i] as f64, b[i % 6] as f64) as u8).collect();
         assert_eq!(got, want, "f32 {op:?}");
         let a: Vec<i32> = (0..24).map(|_| r.gen_range(-3..3)).collect();
         let b: Vec<i32> = (0..24).map(|_| r.gen_range(-3..3)).collect();
         // b transposed: [4, 6] view of a [6, 4] buffer.
         let lb = strided(&[4, 6], &[1, 4], 0, DType::I32);
-        let got = run(env, &Kernel::Compare(op), &[In { bytes: i32_bytes(&a), layout: Layout::contiguous(&[4, 6], DType::I32) }, In { bytes: i32_bytes(&b), layout: lb.clone() }], &Layout::contiguous(&[4, 6], DType::Bool)).unwrap();
+        let got = run(
+            env,
+            &Kernel::Compare(op),
+            &[In { bytes: i32_bytes(&a), layout: Layout::contiguous(&[4, 6], DType::I32) }, In { bytes: i32_bytes(&b), layout: lb.clone() }],
+            &Layout::contiguous(&[4, 6], DType::Bool),
+        )
+        .unwrap();
         let want: Vec<u8> = indices(&lb).iter().enumerate().map(|(i, &j)| f(a[i] as f64, b[j] as f64) as u8).collect();
         assert_eq!(got, want, "i32 {op:?}");
     }
@@ -248,11 +255,15 @@ fn cast_and_copy_all_dtypes() {
                 }
             };
             let want: Vec<u8> = match dout {
-                DType::F32 => f32_bytes(&idx.iter().map(|&i| match din {
-                    DType::F32 => fv[i],
-                    DType::I32 => iv[i] as f32,
-                    _ => bv[i] as f32,
-                }).collect::<Vec<_>>()),
+                DType::F32 => f32_bytes(
+                    &idx.iter()
+                        .map(|&i| match din {
+                            DType::F32 => fv[i],
+                            DType::I32 => iv[i] as f32,
+                            _ => bv[i] as f32,
+                        })
+                        .collect::<Vec<_>>(),
+                ),
                 DType::I32 => i32_bytes(&idx.iter().map(|&i| val_i(i)).collect::<Vec<_>>()),
                 _ => idx.iter().map(|&i| (val_i(i) != 0) as u8).collect(),
             };
@@ -359,7 +370,8 @@ fn store_rows_in_place_and_refuses_past_the_end() {
     let rows = rand_f32(&mut r, 36, -1.0, 1.0);
     let out = Layout::contiguous(&[2, 10, 6], DType::F32);
     for off in [0i32, 4, 7] {
-        let ins = [In { bytes: f32_bytes(&rows), layout: Layout::contiguous(&[2, 3, 6], DType::F32) }, In { bytes: i32_bytes(&[off]), layout: Layout::contiguous(&[], DType::I32) }];
+        let ins =
+            [In { bytes: f32_bytes(&rows), layout: Layout::contiguous(&[2, 3, 6], DType::F32) }, In { bytes: i32_bytes(&[off]), layout: Layout::contiguous(&[], DType::I32) }];
         let got = to_f32(&run_with_state(env, &Kernel::StoreRows { axis: 1 }, &ins, &out, Some(&f32_bytes(&state))).unwrap());
         let mut want = state.clone();
         for a in 0..2 {
@@ -372,7 +384,8 @@ fn store_rows_in_place_and_refuses_past_the_end() {
         assert_eq!(got, want, "store_rows at {off}");
     }
     for off in [8i32, -1, 100] {
-        let ins = [In { bytes: f32_bytes(&rows), layout: Layout::contiguous(&[2, 3, 6], DType::F32) }, In { bytes: i32_bytes(&[off]), layout: Layout::contiguous(&[], DType::I32) }];
+        let ins =
+            [In { bytes: f32_bytes(&rows), layout: Layout::contiguous(&[2, 3, 6], DType::F32) }, In { bytes: i32_bytes(&[off]), layout: Layout::contiguous(&[], DType::I32) }];
         let e = run_with_state(env, &Kernel::StoreRows { axis: 1 }, &ins, &out, Some(&f32_bytes(&state))).unwrap_err();
         assert!(e.contains("store_rows") && e.contains("past") && e.contains("[output untouched]"), "{e}");
     }

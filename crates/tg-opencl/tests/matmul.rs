@@ -31,7 +31,8 @@ fn run_matmul(env: &Env, transpose_rhs: bool, a: (&[f32], Layout), b: (&[f32], L
     let r = out_shape.len();
     let (la, lb) = (a.1.clone(), b.1.clone());
     let out = f(out_shape);
-    let got = to_f32(&run(env, &Kernel::MatMul { transpose_rhs }, &[In { bytes: f32_bytes(a.0), layout: la.clone() }, In { bytes: f32_bytes(b.0), layout: lb.clone() }], &out).unwrap());
+    let got =
+        to_f32(&run(env, &Kernel::MatMul { transpose_rhs }, &[In { bytes: f32_bytes(a.0), layout: la.clone() }, In { bytes: f32_bytes(b.0), layout: lb.clone() }], &out).unwrap());
     let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], out_shape[r - 1]);
     let nb: usize = out_shape[..r - 2].iter().product();
     let (mut want, mut scale) = (Vec::new(), Vec::new());
@@ -50,7 +51,11 @@ fn run_matmul(env: &Env, transpose_rhs: bool, a: (&[f32], Layout), b: (&[f32], L
                 let (mut s, mut sa) = (0.0f64, 0.0f64);
                 for e in 0..k {
                     let av = a.0[(ba + i as isize * la.strides[r - 2] + e as isize * la.strides[r - 1]) as usize] as f64;
-                    let bi = if transpose_rhs { bb + j as isize * lb.strides[r - 2] + e as isize * lb.strides[r - 1] } else { bb + e as isize * lb.strides[r - 2] + j as isize * lb.strides[r - 1] };
+                    let bi = if transpose_rhs {
+                        bb + j as isize * lb.strides[r - 2] + e as isize * lb.strides[r - 1]
+                    } else {
+                        bb + e as isize * lb.strides[r - 2] + j as isize * lb.strides[r - 1]
+                    };
                     let bv = b.0[bi as usize] as f64;
                     s += av * bv;
                     sa += (av * bv).abs();
@@ -234,7 +239,12 @@ fn time_matmul(env: &Env, ty: GgmlType, m: usize, n: usize, k: usize, qa: bool) 
     let kern = Kernel::MatMulQuant { quantize_activations: qa };
     let go = || {
         env.kernels
-            .enqueue(&env.queue, &kern, &[tg_opencl::ClArg { mem: &xbuf, byte_offset: 0, layout: &xl }, tg_opencl::ClArg { mem: &wbuf, byte_offset: 0, layout: &wl }], tg_opencl::ClArg { mem: &obuf, byte_offset: 0, layout: &ol })
+            .enqueue(
+                &env.queue,
+                &kern,
+                &[tg_opencl::ClArg { mem: &xbuf, byte_offset: 0, layout: &xl }, tg_opencl::ClArg { mem: &wbuf, byte_offset: 0, layout: &wl }],
+                tg_opencl::ClArg { mem: &obuf, byte_offset: 0, layout: &ol },
+            )
             .unwrap();
         env.queue.finish().unwrap();
     };
@@ -252,13 +262,9 @@ fn time_matmul(env: &Env, ty: GgmlType, m: usize, n: usize, k: usize, qa: bool) 
 #[ignore]
 fn bench_matmul_quant() {
     let Some(env) = env() else { return };
-    for (ty, m, n, k) in [
-        (GgmlType::Q4_K, 6, 640, 2048),
-        (GgmlType::Q6_K, 6, 640, 2048),
-        (GgmlType::Q5_0, 6, 2048, 640),
-        (GgmlType::Q8_0, 6, 2048, 640),
-        (GgmlType::Q8_0, 1, 262_144, 640),
-    ] {
+    for (ty, m, n, k) in
+        [(GgmlType::Q4_K, 6, 640, 2048), (GgmlType::Q6_K, 6, 640, 2048), (GgmlType::Q5_0, 6, 2048, 640), (GgmlType::Q8_0, 6, 2048, 640), (GgmlType::Q8_0, 1, 262_144, 640)]
+    {
         for qa in [false, true] {
             println!("{ty} x[{m},{k}] · W[{n},{k}]ᵀ q8={qa}: {:.1} ms", time_matmul(env, ty, m, n, k, qa));
         }
