@@ -6,22 +6,51 @@
 //!   expected. The report is printed.
 //! - A Gemma-shaped model with two layers and a small vocabulary, with random f32 weights:
 //!   the extracted graph computes the same logits as the original (reference interpreter).
-//! - EmbeddingGemma (when its folder is present): the bidirectional graph with `(1 + w)`
-//!   norms and segment masks fuses the same way.
+//! - EmbeddingGemma (its folder from `TG_EMBED_MODEL`, else the default cache path): the
+//!   bidirectional graph with `(1 + w)` norms and segment masks fuses the same way.
+//! - With the GGUF file (`TG_MODEL`, else the default cache path), the synthetic
+//!   configuration is checked against it and its own shapes fuse the same way.
+//!
+//! A missing model fails these parts under CI (`CI` set) and otherwise skips them with a
+//! `SKIPPED: ...` line (`tests/support/data.rs`).
 //! - Load + extract with no rules gives the Gemma graph back.
 
 mod common;
+#[path = "../../../tests/support/data.rs"]
+mod data;
 
 use common::*;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tg_egraph::{canonical_outputs, rewrite, RewriteOptions, StopReason};
 use tg_ir::{DType, Graph};
 use tg_models::gemma3::{build_graph, Gemma3Config, Logits, TensorNames, WeightShapes};
 use tg_models::ModelError;
 
-const GGUF: &str = "/root/.cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf";
-const EMBED_DIR: &str = "/root/.cache/tensor-graphs/models/embeddinggemma-300m";
+/// The model `var` names, else `default` in the model cache (as the model tests find them),
+/// when `present` says it is there; otherwise `None` after [`data::missing`] (a failure
+/// under CI).
+fn model(var: &str, default: &str, what: &str, present: impl Fn(&Path) -> bool, fetch: &str) -> Option<PathBuf> {
+    let (p, how) = match std::env::var_os(var).filter(|v| !v.is_empty()) {
+        Some(v) => (PathBuf::from(v), format!("from {var}")),
+        None => (tg_models::cache::cache_dir().join(default), format!("the default; {var} is not set")),
+    };
+    if present(&p) {
+        return Some(p);
+    }
+    data::missing(what, &format!("{} ({how})", p.display()), &format!("run scripts/{fetch} or set {var}"));
+    None
+}
+
+/// Gemma 3 270M's GGUF file.
+fn gguf() -> Option<PathBuf> {
+    model("TG_MODEL", tg_models::cache::DEFAULT_MODEL, "the Gemma 3 270M GGUF file", Path::is_file, "fetch_model.py")
+}
+
+/// The EmbeddingGemma-300M folder.
+fn embed_dir() -> Option<PathBuf> {
+    model("TG_EMBED_MODEL", tg_models::cache::DEFAULT_EMBEDDING_MODEL, "the EmbeddingGemma-300M folder", |p| p.join("config.json").is_file(), "fetch_embedding_model.py")
+}
 
 /// Gemma 3 270M's configuration (as read from its GGUF file).
 fn gemma_270m() -> Gemma3Config {
@@ -100,9 +129,9 @@ fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config, final_add_fuse
 #[test]
 fn gemma_270m_saturates_fast_and_fuses_every_block() {
     let cfg = gemma_270m();
-    if Path::new(GGUF).exists() {
-        let f = tg_gguf::GgufFile::open(Path::new(GGUF)).unwrap();
-        assert_eq!(Gemma3Config::from_gguf(&f).unwrap(), cfg, "the synthetic configuration must be the checkpoint's");
+    let file = gguf().map(|p| tg_gguf::GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
+    if let Some(f) = &file {
+        assert_eq!(Gemma3Config::from_gguf(f).unwrap(), cfg, "the synthetic configuration must be the checkpoint's");
     }
     let shapes = Shapes::new(cfg.expected_tensors(), DType::Quant(tg_quant::GgmlType::Q8_0));
     for seq in [5, 128] {
@@ -110,9 +139,8 @@ fn gemma_270m_saturates_fast_and_fuses_every_block() {
         let out = check_gemma_fusions(&format!("gemma-3-270m, seq {seq}"), &g, &cfg, false);
         eprintln!("nodes {} -> {}; ops after: {:?}", g.nodes.len(), out.graph.nodes.len(), out.graph.op_histogram());
     }
-    if Path::new(GGUF).exists() {
-        let f = tg_gguf::GgufFile::open(Path::new(GGUF)).unwrap();
-        let g = build_graph(&cfg, &f, 5, Logits::Last).unwrap();
+    if let Some(f) = &file {
+        let g = build_graph(&cfg, f, 5, Logits::Last).unwrap();
         check_gemma_fusions("gemma-3-270m (GGUF shapes), seq 5", &g, &cfg, false);
     }
 }
@@ -160,12 +188,8 @@ fn small_gemma_rewritten_computes_the_same_logits() {
 
 #[test]
 fn embedding_gemma_fuses_every_block() {
-    let dir = Path::new(EMBED_DIR);
-    if !dir.join("config.json").exists() {
-        eprintln!("skipped: {EMBED_DIR} not present");
-        return;
-    }
-    let cfg = tg_models::EmbeddingConfig::from_dir(dir).unwrap();
+    let Some(dir) = embed_dir() else { return };
+    let cfg = tg_models::EmbeddingConfig::from_dir(&dir).unwrap();
     let names = TensorNames::HuggingFace { prefix: String::new() };
     let mut list = cfg.encoder.expected_tensors_named(&names, true);
     for d in &cfg.dense {

@@ -1,11 +1,17 @@
-//! The extraction-gym tensat e-graphs (from `TG_EXTRACTION_GYM_DATA`, default
-//! `/work/shared/data/extraction-gym`; skipped with a message when absent): every result
-//! passes the independent checker, is never worse than extraction-gym's faster-greedy-dag,
-//! and equals the optimum wherever extraction-gym's ILP (CBC) proved one (and on vgg, where
-//! the path bound proves the greedy extraction optimal).
+//! The extraction-gym tensat e-graphs: every result passes the independent checker, is never
+//! worse than extraction-gym's faster-greedy-dag, and equals the optimum wherever
+//! extraction-gym's ILP (CBC) proved one (and on vgg, where the path bound proves the greedy
+//! extraction optimal).
+//!
+//! The files are in `TG_EXTRACTION_GYM_DATA`, else `$TG_DATA_DIR/extraction-gym`, else
+//! `../shared/data/extraction-gym` next to the repository (`tests/support/data.rs`). When
+//! absent the tests fail under CI (`CI` set) and otherwise print `SKIPPED: ...`.
 //!
 //! Reference values: extraction-gym 903ba0f, `faster-greedy-dag` and
 //! `faster-ilp-cbc` with a 300 s limit (see `docs/extract.md`).
+
+#[path = "../../../tests/support/data.rs"]
+mod data;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,18 +20,16 @@ use tg_extract::{check, extract, read_json_file, Options};
 /// Relative tolerance for comparing costs summed in different orders.
 const REL: f64 = 1e-9;
 
-fn data_dir() -> PathBuf {
-    std::env::var_os("TG_EXTRACTION_GYM_DATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/work/shared/data/extraction-gym"))
+/// `<name>.json` of the extraction-gym data, or `None` (after `SKIPPED: ...`; a failure
+/// under CI) when it is absent.
+fn gym_file(name: &str) -> Option<PathBuf> {
+    data::shared_file("TG_EXTRACTION_GYM_DATA", "extraction-gym", &format!("{name}.json"))
 }
 
 /// Extracts `name` within `secs` and checks it against the reference values
 /// (`optimum`: a proven optimum the solver must prove and match).
 fn run(name: &str, secs: f64, greedy_dag: f64, optimum: Option<f64>) {
-    let path = data_dir().join(format!("{name}.json"));
-    if !path.exists() {
-        println!("skipped: {} is absent (set TG_EXTRACTION_GYM_DATA)", path.display());
-        return;
-    }
+    let Some(path) = gym_file(name) else { return };
     let g = read_json_file(&path).unwrap();
     let opts = Options { time_limit: Duration::from_secs_f64(secs), ..Default::default() };
     let x = extract(&g, &opts).unwrap();
@@ -92,11 +96,7 @@ fn bert() {
 #[test]
 fn tiny_time_limit_on_the_largest_file() {
     for name in ["bert", "bert_acyclic"] {
-        let path = data_dir().join(format!("{name}.json"));
-        if !path.exists() {
-            println!("skipped: {} is absent (set TG_EXTRACTION_GYM_DATA)", path.display());
-            return;
-        }
+        let Some(path) = gym_file(name) else { return };
         let t0 = std::time::Instant::now();
         let g = read_json_file(&path).unwrap();
         let load = t0.elapsed();
@@ -121,11 +121,7 @@ fn tiny_time_limit_on_the_largest_file() {
 #[ignore = "about 2 minutes: run with --ignored"]
 fn proven_optima_within_60s() {
     for (name, optimum) in [("resnet50", 4.385794964760862), ("bert_acyclic", 0.708439016569173), ("bert", 0.7047199767839629)] {
-        let path = data_dir().join(format!("{name}.json"));
-        if !path.exists() {
-            println!("skipped: {} is absent (set TG_EXTRACTION_GYM_DATA)", path.display());
-            continue;
-        }
+        let Some(path) = gym_file(name) else { continue };
         let g = read_json_file(&path).unwrap();
         let opts = Options { time_limit: Duration::from_secs(60), ..Default::default() };
         let x = extract(&g, &opts).unwrap();

@@ -20,12 +20,29 @@ pub enum DType {
 }
 
 impl DType {
-    /// Bytes taken by `n` elements in a contiguous row (whole blocks for quantized types).
+    /// Bytes taken by `n` elements in a contiguous row (whole blocks for quantized types);
+    /// `None` when `n` is not a whole number of blocks or the size overflows `usize`.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
         match self {
-            DType::F32 | DType::I32 => Some(n * 4),
+            DType::F32 | DType::I32 => n.checked_mul(4),
             DType::Bool => Some(n),
             DType::Quant(t) => t.row_bytes(n).ok(),
+        }
+    }
+
+    /// Bytes of a contiguous tensor of this dtype and `shape`: elements × element bytes, or
+    /// for quantized storage rows (all dimensions but the last) × the bytes of one row.
+    /// `None` when the size overflows `usize`, a quantized row is not a whole number of
+    /// blocks, or a quantized shape has no row dimension. Every node of a built or verified
+    /// graph has a size here of at most [`crate::MAX_TENSOR_BYTES`].
+    pub fn tensor_bytes(self, shape: &[usize]) -> Option<usize> {
+        match self {
+            DType::Quant(t) => {
+                let (&row, outer) = shape.split_last()?;
+                let row_bytes = t.row_bytes(row).ok()?;
+                crate::shape::checked_numel(outer)?.checked_mul(row_bytes)
+            }
+            d => d.bytes_for(crate::shape::checked_numel(shape)?),
         }
     }
 

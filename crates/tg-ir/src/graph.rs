@@ -1,4 +1,4 @@
-use crate::{infer, BinaryOp, CmpOp, DType, IrError, Op, ReduceOp, Shape, UnaryOp};
+use crate::{BinaryOp, CmpOp, DType, IrError, Op, ReduceOp, Shape, UnaryOp};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -169,7 +169,7 @@ impl GraphBuilder {
             }
         }
         let ins: Vec<(&[usize], DType)> = inputs.iter().map(|&i| (self.graph.nodes[i].shape.as_slice(), self.graph.nodes[i].dtype)).collect();
-        let (shape, dtype) = infer(&op, &ins, declared.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
+        let (shape, dtype) = crate::verify::infer_at(Some(self.graph.nodes.len()), &op, &ins, declared.as_ref().map(|(s, d)| (s.as_slice(), *d)))?;
         self.graph.nodes.push(Node { op, inputs: inputs.to_vec(), shape, dtype });
         Ok(self.graph.nodes.len() - 1)
     }

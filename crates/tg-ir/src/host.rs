@@ -36,9 +36,10 @@ impl HostTensor {
     /// A tensor from shape and data, checked.
     pub fn new(shape: &[usize], data: HostData) -> Result<Self, IrError> {
         let t = HostTensor { shape: shape.to_vec(), data };
-        let n: usize = shape.iter().product();
-        if t.len() != n {
-            return Err(IrError::Eval(format!("shape {shape:?} needs {n} elements, got {}", t.len())));
+        match crate::shape::checked_numel(shape) {
+            Some(n) if n == t.len() => {}
+            Some(n) => return Err(IrError::Eval(format!("shape {shape:?} needs {n} elements, got {}", t.len()))),
+            None => return Err(IrError::Eval(format!("shape {shape:?}: its element count overflows usize ({} elements given)", t.len()))),
         }
         Ok(t)
     }

@@ -22,9 +22,20 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Shape> {
     Some(out)
 }
 
-/// Number of elements of a shape.
+/// Number of elements of a shape. Plain arithmetic: for the shapes of a built or verified
+/// graph, which [`crate::infer`] bounds (at most 2^44 elements); anything else goes through
+/// [`checked_numel`].
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
+}
+
+/// Number of elements of a shape, or `None` when the count overflows `usize` (0 when a
+/// dimension is 0, however large the others).
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
 /// Row-major contiguous strides (in elements) of a shape.
@@ -81,5 +92,17 @@ mod tests {
         assert_eq!(broadcast_strides(&[1, 3], &[4, 3]), vec![0, 1]);
         assert_eq!(broadcast_strides(&[3], &[2, 4, 3]), vec![0, 0, 1]);
         assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+
+    #[test]
+    fn element_counts() {
+        assert_eq!(checked_numel(&[]), Some(1));
+        assert_eq!(checked_numel(&[2, 0, 3]), Some(0));
+        assert_eq!(checked_numel(&[1 << 40, 1 << 23]), Some(1 << 63));
+        assert_eq!(checked_numel(&[1 << 40, 1 << 24]), None);
+        // A product that wraps to a small number is still an overflow.
+        assert_eq!(checked_numel(&[2, (1 << 63) + 1]), None);
+        assert_eq!(checked_numel(&[1 << 40, 1 << 40, 0]), Some(0));
+        assert_eq!(checked_numel(&[0, 1 << 40, 1 << 40]), Some(0));
     }
 }

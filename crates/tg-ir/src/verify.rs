@@ -1,4 +1,4 @@
-use crate::shape::numel;
+use crate::shape::{checked_numel, numel};
 use crate::{broadcast_shapes, BinaryOp, DType, Graph, IrError, Op, Shape};
 use std::collections::HashSet;
 
@@ -19,20 +19,47 @@ fn arity(op: &Op, ins: &[(&[usize], DType)], n: usize) -> Result<(), IrError> {
 
 /// Infers the output shape and dtype of `op` applied to inputs of the given shapes and
 /// dtypes. `declared` is the node's own shape/dtype, required by ops that take them from
-/// the node (sources, reshape, expand) and ignored otherwise.
+/// the node (sources, reshape, expand) and ignored otherwise. Refuses an output too large
+/// to size as a buffer ([`MAX_TENSOR_BYTES`]).
 pub fn infer(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
+    infer_at(None, op, ins, declared)
+}
+
+/// [`infer`] for node `node` of a graph: a size error names the node.
+pub(crate) fn infer_at(node: Option<usize>, op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
     let (shape, dtype) = infer_shape(op, ins, declared)?;
-    // Every later stage sizes buffers as elements × element bytes: refuse shapes whose byte
-    // size does not fit (quantized rows are smaller than 8 bytes per element).
-    let bytes = shape.iter().try_fold(8usize, |acc, &d| acc.checked_mul(d));
-    match bytes {
-        Some(b) if b <= MAX_TENSOR_BYTES => Ok((shape, dtype)),
-        _ => Err(shape_err(op, format!("shape {shape:?} is too large (more than {MAX_TENSOR_BYTES} bytes)"))),
-    }
+    check_size(&shape, dtype).map_err(|detail| shape_err(op, if let Some(i) = node { format!("{detail} (node {i})") } else { detail }))?;
+    Ok((shape, dtype))
 }
 
 /// Largest tensor the IR accepts, in bytes (2^47: far beyond any memory, far below overflow).
 pub const MAX_TENSOR_BYTES: usize = 1 << 47;
+
+/// Every later stage sizes buffers as elements × element bytes, strides as products of
+/// dimensions, and the reference interpreter holds 8-byte values: a shape must count at most
+/// `MAX_TENSOR_BYTES / 8` elements (2^44), with zero dimensions counted as 1 so that every
+/// stride is bounded too, and its bytes ([`DType::tensor_bytes`]) must not overflow.
+fn check_size(shape: &[usize], dtype: DType) -> Result<(), String> {
+    const MAX_ELEMENTS: usize = MAX_TENSOR_BYTES / 8;
+    let span = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d.max(1)));
+    let Some(span) = span else {
+        let what = if shape.contains(&0) { "the product of its dimensions (zero ones counted as 1)" } else { "its element count" };
+        return Err(format!("shape {shape:?} is too large: {what} overflows usize"));
+    };
+    let n = if shape.contains(&0) { 0 } else { span };
+    let bytes = match dtype.tensor_bytes(shape) {
+        Some(b) => b,
+        None if matches!(dtype, DType::Quant(_)) && shape.last().is_none_or(|&row| dtype.bytes_for(row).is_none()) => {
+            return Err(format!("shape {shape:?} of {dtype}: not rows of whole {dtype} blocks"));
+        }
+        None => return Err(format!("shape {shape:?} is too large: {n} elements of {dtype} overflow usize in bytes")),
+    };
+    if span > MAX_ELEMENTS || bytes > MAX_TENSOR_BYTES {
+        let what = if span == n { format!("{n} elements") } else { format!("{span} elements (counting its zero dimensions as 1)") };
+        return Err(format!("shape {shape:?} is too large: {what} of {dtype}, {bytes} bytes (the IR accepts at most 2^44 elements and {MAX_TENSOR_BYTES} bytes)"));
+    }
+    Ok(())
+}
 
 fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], DType)>) -> Result<(Shape, DType), IrError> {
     let need_decl = || declared.ok_or_else(|| shape_err(op, "needs a declared shape".into()));
@@ -160,8 +187,11 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
         Op::Reshape => {
             arity(op, ins, 1)?;
             let (s, _) = need_decl()?;
-            if numel(s) != numel(ins[0].0) {
-                return Err(shape_err(op, format!("cannot reshape {:?} ({} elements) to {s:?}", ins[0].0, numel(ins[0].0))));
+            let n = numel(ins[0].0);
+            match checked_numel(s) {
+                None => return Err(shape_err(op, format!("cannot reshape {:?} ({n} elements) to {s:?}: its element count overflows usize", ins[0].0))),
+                Some(m) if m != n => return Err(shape_err(op, format!("cannot reshape {:?} ({n} elements) to {s:?} ({m} elements)", ins[0].0))),
+                Some(_) => {}
             }
             if matches!(ins[0].1, DType::Quant(_)) {
                 return Err(dtype_err(op, "quantized tensors cannot be reshaped".into()));
@@ -217,7 +247,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
                 if x.len() != first.len() || (0..x.len()).any(|i| i != *axis && x[i] != first[i]) {
                     return Err(shape_err(op, format!("{x:?} does not match {first:?} outside axis {axis}")));
                 }
-                s[*axis] += x[*axis];
+                s[*axis] = s[*axis].checked_add(x[*axis]).ok_or_else(|| shape_err(op, format!("the lengths along axis {axis} overflow usize")))?;
             }
             Ok((s, ins[0].1))
         }
@@ -241,7 +271,7 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             if r.len() != s.len() || (0..s.len()).any(|i| i != *axis && r[i] != s[i]) || r[*axis] > s[*axis] {
                 return Err(shape_err(op, format!("rows {r:?} do not fit state {s:?} along axis {axis}")));
             }
-            if dof != DType::I32 || numel(o) != 1 || o.len() > 1 {
+            if dof != DType::I32 || checked_numel(o) != Some(1) || o.len() > 1 {
                 return Err(shape_err(op, format!("offset must be an i32 scalar or [1], got {o:?} {dof}")));
             }
             Ok((s.to_vec(), d))
@@ -417,7 +447,7 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
             _ => {}
         }
         let ins: Vec<(&[usize], DType)> = n.inputs.iter().map(|&x| (g.nodes[x].shape.as_slice(), g.nodes[x].dtype)).collect();
-        let (s, d) = infer(&n.op, &ins, Some((&n.shape, n.dtype)))?;
+        let (s, d) = infer_at(Some(i), &n.op, &ins, Some((&n.shape, n.dtype)))?;
         if s != n.shape || d != n.dtype {
             return Err(IrError::Inconsistent { node: i, op: n.op.name(), recorded: format!("{:?} {}", n.shape, n.dtype), inferred: format!("{s:?} {d}") });
         }

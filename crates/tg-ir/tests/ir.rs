@@ -135,3 +135,86 @@ fn integer_division_semantics() {
     let out = tg_ir::interp::eval(&g, &inputs, &w).unwrap();
     assert_eq!(out["q"].data, vec![3.0, -3.0, 0.0, i32::MIN as f64]);
 }
+
+/// A size overflow is an error naming the op, the shape and (in the builder and `verify`)
+/// the node, never a wrapped product: element counts, zero-length shapes whose other
+/// dimensions overflow the strides, reshapes to an overflowing shape, concatenated lengths.
+#[test]
+fn size_overflow_is_an_error_naming_the_node_and_shape() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[2], DType::F32).unwrap();
+    // 2^80 elements: the count itself overflows.
+    let e = b.input("huge", &[1 << 40, 1 << 40], DType::F32).unwrap_err();
+    let t = e.to_string();
+    assert!(matches!(&e, IrError::Shape { op, .. } if op == "input:huge"), "{t}");
+    assert!(t.contains("[1099511627776, 1099511627776]") && t.contains("overflows usize") && t.contains("(node 1)"), "{t}");
+    // A zero dimension makes no elements, but the strides of the others would be 2^80.
+    let t = b.input("empty", &[0, 1 << 40, 1 << 40], DType::F32).unwrap_err().to_string();
+    assert!(t.contains("too large") && t.contains("[0, 1099511627776, 1099511627776]"), "{t}");
+    assert!(b.input("empty_ok", &[0, 1 << 20, 1 << 20], DType::F32).is_ok());
+    // [2, 2^63 + 1] has 2^64 + 2 elements: wrapped, that is 2, the count of `x`.
+    let wrap = [2, (1usize << 63) + 1];
+    let t = b.reshape(x, &wrap).unwrap_err().to_string();
+    assert!(t.starts_with("reshape:") && t.contains("overflows usize") && t.contains(&format!("{wrap:?}")), "{t}");
+    assert!(b.expand(x, &[1 << 40, 1 << 40, 2]).unwrap_err().to_string().contains("too large"));
+    // A quantized weight: 2^30 rows of 2^20 Q8_0 values (2^50 elements, 34·2^45 bytes).
+    let q = DType::Quant(tg_quant::GgmlType::Q8_0);
+    let t = b.weight("wq", &[1 << 30, 1 << 20], q).unwrap_err().to_string();
+    assert!(t.starts_with("weight:wq:") && t.contains("too large") && t.contains("q8_0"), "{t}");
+
+    // `infer` on its own (no node to name) refuses what it would otherwise wrap.
+    let f = |s: &'static [usize]| (s, DType::F32);
+    let e = tg_ir::infer(&Op::Concat { axis: 0 }, &[f(&[usize::MAX]), f(&[2])], None).unwrap_err().to_string();
+    assert!(e.contains("concat") && e.contains("overflow"), "{e}");
+    let e = tg_ir::infer(&Op::Reshape, &[f(&[2])], Some((&wrap, DType::F32))).unwrap_err().to_string();
+    assert!(e.contains("overflows usize"), "{e}");
+    let e = tg_ir::infer(&Op::StoreRows { axis: 0 }, &[f(&[4]), f(&[1]), (&wrap, DType::I32)], None).unwrap_err().to_string();
+    assert!(e.contains("offset"), "{e}");
+}
+
+/// `verify` refuses a graph built without the builder whose node is too large, naming it.
+#[test]
+fn verify_refuses_oversized_nodes() {
+    let node = |op: Op, inputs: Vec<usize>, shape: Vec<usize>, dtype: DType| tg_ir::Node { op, inputs, shape, dtype };
+    let small = node(Op::Input { name: "a".into() }, vec![], vec![4], DType::F32);
+    let mut g = tg_ir::Graph { nodes: vec![small.clone(), node(Op::Input { name: "b".into() }, vec![], vec![1 << 40, 1 << 40], DType::F32)], outputs: vec![] };
+    let t = verify(&g).unwrap_err().to_string();
+    assert!(t.contains("input:b") && t.contains("[1099511627776, 1099511627776]") && t.contains("(node 1)"), "{t}");
+    // Just within the limit (2^44 elements, 2^46 bytes of f32) passes; one dimension
+    // doubled does not, nor a zero-length shape whose other dimensions are that large.
+    g.nodes[1].shape = vec![1 << 22, 1 << 22];
+    verify(&g).unwrap();
+    for shape in [vec![1 << 23, 1 << 22], vec![1 << 23, 0, 1 << 22]] {
+        g.nodes[1].shape = shape.clone();
+        let t = verify(&g).unwrap_err().to_string();
+        assert!(t.contains("too large") && t.contains(&format!("{shape:?}")) && t.contains("(node 1)"), "{t}");
+    }
+    // A reshape recorded with a shape whose count wraps to its operand's.
+    let wrap = vec![2, (1usize << 63) + 1];
+    let g = tg_ir::Graph {
+        nodes: vec![node(Op::Input { name: "a".into() }, vec![], vec![2], DType::F32), node(Op::Reshape, vec![0], wrap.clone(), DType::F32)],
+        outputs: vec![("y".into(), 1)],
+    };
+    let t = verify(&g).unwrap_err().to_string();
+    assert!(t.starts_with("reshape:") && t.contains(&format!("{wrap:?}")), "{t}");
+}
+
+/// Byte sizes: elements × element bytes, or rows × row bytes for quantized storage; `None`
+/// on overflow, never a wrapped value.
+#[test]
+fn byte_sizes_are_checked() {
+    let q8 = DType::Quant(tg_quant::GgmlType::Q8_0);
+    assert_eq!(DType::F32.tensor_bytes(&[3, 4]), Some(48));
+    assert_eq!(DType::Bool.tensor_bytes(&[3, 4]), Some(12));
+    assert_eq!(DType::I32.tensor_bytes(&[]), Some(4));
+    assert_eq!(q8.tensor_bytes(&[2, 64]), Some(2 * 68));
+    assert_eq!(q8.tensor_bytes(&[2, 33]), None, "not whole blocks");
+    assert_eq!(q8.tensor_bytes(&[]), None, "no row dimension");
+    assert_eq!(DType::F32.bytes_for(1 << 62), None);
+    assert_eq!(DType::F32.tensor_bytes(&[1 << 31, 1 << 31]), None);
+    assert_eq!(DType::Bool.tensor_bytes(&[1 << 31, 1 << 31]), Some(1 << 62));
+    assert_eq!(q8.tensor_bytes(&[1 << 40, 1 << 24]), None);
+    // A host tensor's shape must count exactly its elements, without wrapping.
+    let t = HostTensor::f32(&[2, (1 << 63) + 1], vec![0.0; 2]).unwrap_err().to_string();
+    assert!(t.contains("overflows usize"), "{t}");
+}

@@ -15,6 +15,7 @@ use crate::plans::PlanCache;
 use crate::ModelError;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 use tg_compiler::incremental::{derive, CachedValue, Incremental, IncrementalSpec, POS_INPUT};
 use tg_ir::HostTensor;
 use tg_runtime::{Device, StateSet};
@@ -66,6 +67,9 @@ pub(crate) struct Session {
     /// Generation goes through this path.
     pub(crate) enabled: bool,
     pub(crate) last_compiled_incremental: bool,
+    /// Milliseconds spent deriving and compiling the incremental plans (the one-token
+    /// derivation that chooses the states included), summed over the model's life.
+    pub(crate) compile_ms: f64,
     reused: usize,
     derivation: String,
 }
@@ -83,6 +87,7 @@ impl Session {
             one_token: None,
             enabled: true,
             last_compiled_incremental: false,
+            compile_ms: 0.0,
             reused: 0,
             derivation: String::new(),
         }
@@ -154,7 +159,9 @@ impl Gemma3 {
         if self.session.names.is_some() && self.session.capacity == cap {
             return Ok(());
         }
+        let t = Instant::now();
         let one = derive_step(self, 1, cap, self.session.names.clone())?;
+        self.session.compile_ms += t.elapsed().as_secs_f64() * 1e3;
         let old_cap = self.session.capacity;
         let s = &mut self.session;
         if s.names.is_some() && old_cap > 0 {
@@ -201,15 +208,22 @@ impl Gemma3 {
             (false, Some(one)) if k == 1 => Some(one),
             (false, kept) => {
                 self.session.one_token = kept;
-                Some(derive_step(self, k, cap, self.session.names.clone())?)
+                let t = Instant::now();
+                let d = derive_step(self, k, cap, self.session.names.clone())?;
+                self.session.compile_ms += t.elapsed().as_secs_f64() * 1e3;
+                Some(d)
             }
         };
         let s = &mut self.session;
+        let t = Instant::now();
         let exe = s.plans.get_or_compile((k, cap), self.weights.clone(), || {
             let inc = derived.ok_or_else(|| ModelError::Request("internal: no derived graph for an uncached plan".into()))?;
             summary = Some(inc.summary());
             Ok(inc.graph)
         })?;
+        if !compiled_before {
+            s.compile_ms += t.elapsed().as_secs_f64() * 1e3;
+        }
         let mut inputs = HashMap::new();
         inputs.insert("tokens".to_string(), HostTensor::i32(&[k], new.iter().map(|&t| t as i32).collect())?);
         inputs.insert(POS_INPUT.to_string(), HostTensor::i32(&[1], vec![pos as i32])?);

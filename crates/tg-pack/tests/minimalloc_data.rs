@@ -1,38 +1,26 @@
 //! MiniMalloc's benchmark instances: the README example at capacity 12 and the
-//! "challenging" A–F at 1 MiB. The directory comes from `TG_MINIMALLOC_DATA` (default
-//! `/work/shared/data/minimalloc`); tests skip with a message when it is absent.
+//! "challenging" A–F at 1 MiB. The files are in `TG_MINIMALLOC_DATA`, else
+//! `$TG_DATA_DIR/minimalloc`, else `../shared/data/minimalloc` next to the repository
+//! (`tests/support/data.rs`). When absent the tests fail under CI (`CI` set) and otherwise
+//! print `SKIPPED: ...`.
 
-use std::path::PathBuf;
+#[path = "../../../tests/support/data.rs"]
+mod data;
+
 use std::time::Duration;
 use tg_pack::{minimize, parse_csv, solve, solve_exact, validate, Limits, Problem, Verdict};
 
-fn data_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("TG_MINIMALLOC_DATA").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/work/shared/data/minimalloc"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: MiniMalloc data not found at {} (set TG_MINIMALLOC_DATA)", dir.display());
-        None
-    }
-}
-
-fn load(dir: &std::path::Path, name: &str) -> Option<Problem> {
-    let path = dir.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Some(parse_csv(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())).problem),
-        Err(e) => {
-            eprintln!("skipping {}: {e}", path.display());
-            None
-        }
-    }
+/// The instance in file `name`, or `None` (after `SKIPPED: ...`; a failure under CI) when
+/// it is absent.
+fn load(name: &str) -> Option<Problem> {
+    let path = data::shared_file("TG_MINIMALLOC_DATA", "minimalloc", name)?;
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Some(parse_csv(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())).problem)
 }
 
 #[test]
 fn readme_example_at_12() {
-    let Some(dir) = data_dir() else { return };
-    let Some(p) = load(&dir, "input.12.csv") else {
-        return;
-    };
+    let Some(p) = load("input.12.csv") else { return };
     let out = solve(&p, 12, &Limits::none()).unwrap();
     let Verdict::Feasible(sol) = &out.verdict else { panic!("input.12 fits in 12: {out:?}") };
     validate(&p, sol, 12).unwrap();
@@ -48,13 +36,10 @@ fn readme_example_at_12() {
 /// height equals the largest live load), so the heuristics cannot stop early there.
 #[test]
 fn challenging_a_to_f_at_one_mib() {
-    let Some(dir) = data_dir() else { return };
     const CAP: u64 = 1 << 20;
     let limits = Limits::time(Duration::from_secs(20));
     for name in ["A", "B", "C", "D", "E", "F"] {
-        let Some(p) = load(&dir, &format!("{name}.1048576.csv")) else {
-            continue;
-        };
+        let Some(p) = load(&format!("{name}.1048576.csv")) else { continue };
         let out = solve(&p, CAP, &limits).unwrap();
         let Verdict::Feasible(sol) = &out.verdict else { panic!("{name}: {out:?}") };
         validate(&p, sol, CAP).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -69,10 +54,7 @@ fn challenging_a_to_f_at_one_mib() {
 /// C's minimal height equals its largest live load (1039360): proven quickly.
 #[test]
 fn challenging_c_minimal_height() {
-    let Some(dir) = data_dir() else { return };
-    let Some(p) = load(&dir, "C.1048576.csv") else {
-        return;
-    };
+    let Some(p) = load("C.1048576.csv") else { return };
     let out = minimize(&p, 1 << 20, &Limits::time(Duration::from_secs(20))).unwrap();
     let sol = out.solution().unwrap_or_else(|| panic!("C: {out:?}"));
     validate(&p, sol, 1 << 20).unwrap();

@@ -8,9 +8,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use tg_extract::{EGraph, EGraphBuilder};
 
-/// Where the Gemma planning problems are: `TG_GEMMA_PROBLEMS`, default `/work/notes`.
+/// Where the Gemma planning problems are: `TG_GEMMA_PROBLEMS`, else the repository's
+/// `tests/fixtures/planning`.
 pub fn gemma_dir() -> PathBuf {
-    std::env::var_os("TG_GEMMA_PROBLEMS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/work/notes"))
+    std::env::var_os("TG_GEMMA_PROBLEMS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/planning"))
 }
 
 /// The extraction graph of the planning problem at `path`.
