@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tg_compiler::{CompileOptions, CostSource, Numerics};
 use tg_models::{Gemma3, Logits};
-use tg_profile::{BenchOptions, CpuDevices, Fingerprint, Profile, Profiler, RooflineOptions};
+use tg_profile::{BenchOptions, Fingerprint, Profile, Profiler, RooflineOptions};
 
 /// Arguments of `tg profile`.
 #[derive(Args)]
@@ -44,6 +44,51 @@ pub(crate) struct ProfileArgs {
     /// Only list the keys planning asks about (measured or not), without measuring.
     #[arg(long)]
     list: bool,
+    /// Device whose kernels to measure: `cpu` (default), `opencl`, `opencl:N`. A device other
+    /// than the CPU also gets its host↔device links measured (latency and bandwidth).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+/// Devices by (name, threads), opened once.
+#[derive(Default)]
+struct Opened(std::collections::HashMap<(String, usize), Arc<dyn tg_runtime::Device>>);
+
+impl Opened {
+    fn get(&mut self, name: &str, threads: usize) -> Result<Arc<dyn tg_runtime::Device>, String> {
+        // Keys name devices as plans do (`opencl:0`); `opencl` opens the same device.
+        let key = (name.to_string(), threads);
+        if let Some(d) = self.0.get(&key) {
+            return Ok(d.clone());
+        }
+        let d = crate::device(name, threads)?;
+        self.0.insert((d.name().to_string(), threads), d.clone());
+        self.0.insert(key, d.clone());
+        Ok(d)
+    }
+}
+
+impl tg_profile::DeviceSource for Opened {
+    fn device(&mut self, name: &str, threads: usize) -> Result<Arc<dyn tg_runtime::Device>, String> {
+        self.get(name, threads)
+    }
+}
+
+/// Measures the host↔device links of `dev` (host→device writes and device→host reads of
+/// 4 KiB to 16 MiB) into the profile as `cpu → dev` and `dev → cpu`.
+fn measure_links(profile: &mut Profile, dev: &Arc<dyn tg_runtime::Device>, quick: bool) -> Result<(), String> {
+    let sizes = [4096usize, 65536, 1 << 20, 16 << 20];
+    let max = *sizes.iter().max().unwrap_or(&0);
+    let buf = dev.alloc(max).map_err(|e| e.to_string())?;
+    let mut host = vec![0x5Au8; max];
+    let opts = if quick { BenchOptions::quick() } else { BenchOptions::default() };
+    let up = tg_profile::measure_link(&mut |n| dev.write(&buf, 0, &host[..n]).map_err(|e| e.to_string()), &sizes, &opts).map_err(|e| e.to_string())?;
+    eprintln!("link cpu -> {}: latency {:.1} us, {:.2} GB/s", dev.name(), up.latency_ns / 1e3, up.bytes_per_ns);
+    profile.set_link(tg_profile::LinkKey { src: "cpu".into(), dst: dev.name().into() }, up);
+    let down = tg_profile::measure_link(&mut |n| dev.read(&buf, 0, &mut host[..n]).map_err(|e| e.to_string()), &sizes, &opts).map_err(|e| e.to_string())?;
+    eprintln!("link {} -> cpu: latency {:.1} us, {:.2} GB/s", dev.name(), down.latency_ns / 1e3, down.bytes_per_ns);
+    profile.set_link(tg_profile::LinkKey { src: dev.name().into(), dst: "cpu".into() }, down);
+    Ok(())
 }
 
 pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
@@ -69,6 +114,7 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     // 1. What planning asks about.
     let model_path = crate::model_path::resolve(a.model.clone())?;
     let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
+    let mut opened = Opened::default();
     let shared = Arc::new(profile);
     let mut keys = Vec::new();
     // The one-token plans' graphs depend on the capacity only: derived once each.
@@ -76,8 +122,10 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     for &cap in a.incremental.iter().filter(|&&c| c > 1) {
         steps.push(m.incremental_graph(1, cap).map_err(|e| e.to_string())?.graph);
     }
-    for &t in &a.threads {
-        let dev: Arc<dyn tg_runtime::Device> = Arc::new(tg_runtime::CpuDevice::new(t)?);
+    // Thread counts are the CPU's; another device runs its own way, measured once.
+    let threads = if tg_devices::kind_of(&a.device) == Some(tg_runtime::DeviceKind::Cpu) { a.threads.clone() } else { vec![1] };
+    for &t in &threads {
+        let dev = opened.get(&a.device, t)?;
         for &nm in &numerics {
             let opts = CompileOptions { numerics: nm, cost: CostSource::Profile(shared.clone()), ..Default::default() };
             for &s in &a.seq {
@@ -136,9 +184,16 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
         }
         ControlFlow::Continue(())
     };
-    let report = prof.run(&keys, &mut CpuDevices::default(), &mut progress).map_err(|e| e.to_string())?;
+    let report = prof.run(&keys, &mut opened, &mut progress).map_err(|e| e.to_string())?;
     if tty {
         let _ = writeln!(err);
+    }
+    let dev = opened.get(&a.device, 1)?;
+    if dev.kind() != tg_runtime::DeviceKind::Cpu {
+        let mut p = prof.profile().clone();
+        measure_links(&mut p, &dev, a.quick)?;
+        p.save(&path).map_err(|e| e.to_string())?;
+        prof = Profiler::new(p, Some(path.clone()));
     }
     let p = prof.profile();
     for (k, why) in &report.failed {

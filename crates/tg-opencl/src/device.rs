@@ -66,9 +66,18 @@ fn api(what: &str) -> impl FnOnce(opencl3::error_codes::ClError) -> String + '_ 
     move |e| format!("{what}: {e}")
 }
 
+/// Serialises listing and opening devices: PoCL 3.1 fails device queries and buffer creation
+/// now and then while another thread creates a context.
+static DRIVER: Mutex<()> = Mutex::new(());
+
 /// Every OpenCL device of every platform, or why none can be listed (no OpenCL library, no
 /// platform).
 pub fn list() -> Result<Vec<Found>, String> {
+    let _g = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
+    list_locked()
+}
+
+fn list_locked() -> Result<Vec<Found>, String> {
     let platforms = opencl3::platform::get_platforms()
         .map_err(|e| format!("no OpenCL platform ({e}); looked for an OpenCL ICD loader (libOpenCL.so) and installed platforms (/etc/OpenCL/vendors)"))?;
     if platforms.is_empty() {
@@ -118,7 +127,8 @@ impl OpenClDevice {
     /// a program build failure carries the compiler log.
     pub fn open(index: usize) -> Result<OpenClDevice, String> {
         let name = format!("opencl:{index}");
-        let found = list()?;
+        let _g = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
+        let found = list_locked()?;
         let f = found.get(index).ok_or_else(|| {
             let present: Vec<String> = found.iter().map(|f| format!("opencl:{} ({})", f.index, f.info.description)).collect();
             format!("{name}: no such OpenCL device (present: {})", if present.is_empty() { "none".into() } else { present.join(", ") })

@@ -26,6 +26,35 @@ pub(crate) fn cpu_device(threads: usize) -> PyResult<Arc<dyn Device>> {
     Ok(d)
 }
 
+/// The devices named in `names` (`cpu`, `opencl`, `opencl:N`), each opened once per process
+/// and thread count and shared (an OpenCL device builds its kernel program when opened).
+/// An unknown or absent device is an `OptionsError` listing the devices present.
+pub(crate) fn devices_named(names: &[String], threads: usize) -> PyResult<Vec<Arc<dyn Device>>> {
+    static OPEN: OnceLock<Mutex<HashMap<(String, usize), Arc<dyn Device>>>> = OnceLock::new();
+    if names.is_empty() {
+        return Err(err(Kind::Options, format!("devices is empty (present: {})", tg_devices::present())).into());
+    }
+    let mut out = Vec::new();
+    for n in names {
+        if n == "cpu" {
+            out.push(cpu_device(threads)?);
+            continue;
+        }
+        let mut map = OPEN.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        let key = (n.clone(), threads);
+        let d = match map.get(&key) {
+            Some(d) => d.clone(),
+            None => {
+                let d = tg_devices::open(n, threads).map_err(|e| err(Kind::Options, e.to_string()))?;
+                map.insert(key, d.clone());
+                d
+            }
+        };
+        out.push(d);
+    }
+    Ok(out)
+}
+
 /// The number of worker threads `threads=0` means (all cores).
 #[pyfunction]
 pub(crate) fn default_threads() -> usize {
@@ -43,8 +72,8 @@ pub(crate) fn parse_numerics(s: &str) -> PyResult<Numerics> {
 /// Compiles the graph of `core` for the CPU with `threads` workers (0 = all cores),
 /// skipping the stages named in `disable`, and binds it to the graph's constants.
 #[pyfunction]
-#[pyo3(signature = (core, disable=Vec::new(), numerics="exact", alignment=64, threads=0))]
-pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, numerics: &str, alignment: usize, threads: usize) -> PyResult<Compiled> {
+#[pyo3(signature = (core, disable=Vec::new(), numerics="exact", alignment=64, threads=0, devices=vec!["cpu".to_string()]))]
+pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, numerics: &str, alignment: usize, threads: usize, devices: Vec<String>) -> PyResult<Compiled> {
     let names: Vec<&str> = disable.iter().map(String::as_str).collect();
     let mut opts = CompileOptions::disabling(&names).map_err(errors::compile)?;
     opts.numerics = parse_numerics(numerics)?;
@@ -62,11 +91,11 @@ pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, nu
     if graph.outputs.is_empty() {
         return Err(err(Kind::Graph, "the graph has no outputs (mark some with Graph.output)").into());
     }
-    let device = cpu_device(threads)?;
+    let devs = devices_named(&devices, threads)?;
     let (compiled, exe) = py.detach(|| {
         guard(|| {
-            let c = tg_compiler::compile(&graph, std::slice::from_ref(&device), &opts).map_err(errors::compile)?;
-            let exe = Executable::new(c.plan.clone(), vec![device.clone()], Arc::new(weights)).map_err(errors::runtime)?;
+            let c = tg_compiler::compile(&graph, &devs, &opts).map_err(errors::compile)?;
+            let exe = Executable::new(c.plan.clone(), devs.clone(), Arc::new(weights)).map_err(errors::runtime)?;
             Ok((c, exe))
         })
     })?;
@@ -94,6 +123,7 @@ struct Summary {
     arena_bytes: usize,
     kernels: BTreeMap<String, usize>,
     step_lines: Vec<String>,
+    devices: Vec<String>,
 }
 
 impl Summary {
@@ -108,7 +138,8 @@ impl Summary {
             .enumerate()
             .map(|(i, s)| {
                 let ins: Vec<String> = s.inputs.iter().map(|t| format!("b{}{:?}", t.buffer, t.layout.shape)).collect();
-                format!("{i:5} {:<14} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape)
+                let dev = p.devices.get(s.device).map_or("?", |d| d.as_str());
+                format!("{i:5} {dev:<9} {:<14} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape)
             })
             .collect();
         Summary {
@@ -119,6 +150,7 @@ impl Summary {
             arena_bytes: p.arenas.iter().map(|a| a.bytes).sum(),
             kernels,
             step_lines,
+            devices: p.devices.clone(),
         }
     }
 }
@@ -185,7 +217,7 @@ impl Compiled {
                 let mut v = serde_json::json!({
                     "stages": serde_json::to_value(&self.report.stages).map_err(|e| err(Kind::Execution, e.to_string()))?,
                     "graph": { "nodes": s.nodes, "ops": s.ops.iter().cloned().collect::<BTreeMap<String, usize>>() },
-                    "plan": { "steps": s.steps, "buffers": s.buffers, "arena_bytes": s.arena_bytes, "kernels": s.kernels },
+                    "plan": { "steps": s.steps, "buffers": s.buffers, "arena_bytes": s.arena_bytes, "kernels": s.kernels, "devices": s.devices },
                     "options": { "disabled": self.disabled, "numerics": self.numerics, "threads": self.threads },
                 });
                 if steps {

@@ -154,7 +154,12 @@ pub(crate) fn runtime(e: RuntimeError) -> Error {
     let kind = match &e {
         RuntimeError::Input { detail, .. } if detail.contains("not supplied") => Kind::MissingInput,
         RuntimeError::Input { .. } => Kind::Shape,
-        RuntimeError::Weight { .. } | RuntimeError::Kernel { .. } | RuntimeError::Plan(_) | RuntimeError::Alloc { .. } | RuntimeError::State { .. } => Kind::Execution,
+        RuntimeError::Weight { .. }
+        | RuntimeError::Kernel { .. }
+        | RuntimeError::Plan(_)
+        | RuntimeError::Alloc { .. }
+        | RuntimeError::State { .. }
+        | RuntimeError::Device { .. } => Kind::Execution,
     };
     err(kind, e.to_string())
 }

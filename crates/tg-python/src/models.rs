@@ -99,14 +99,15 @@ impl PyGemma3 {
     /// threads (0 = all cores). `numerics`: `"exact"` (f32 activations) or `"q8"`
     /// (activations rounded to 8-bit blocks, faster).
     #[new]
-    #[pyo3(signature = (path=None, threads=0, numerics="exact"))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, numerics: &str) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, threads=0, numerics="exact", devices=vec!["cpu".to_string()]))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, numerics: &str, devices: Vec<String>) -> PyResult<Self> {
         let numerics = parse_numerics(numerics)?;
+        let device = crate::compiled::devices_named(&devices, threads)?.remove(0);
         let path = resolve(path, "TG_MODEL", DEFAULT_MODEL, false, "fetch_model.py")?;
         let p = path.clone();
         let m = py.detach(move || {
             guard(|| {
-                let mut m = Gemma3::load(&p, threads).map_err(load_error)?;
+                let mut m = Gemma3::load_on(&p, device).map_err(load_error)?;
                 // The planner uses this machine's kernel profile (`tg profile`) when there is one.
                 let (cost, _) = tg_compiler::CostSource::for_this_machine();
                 m.set_compile_options(CompileOptions { numerics, cost, ..Default::default() });
@@ -466,11 +467,12 @@ impl PyEmbeddingGemma {
     /// default model in the cache (`~/.cache/tensor-graphs/models/embeddinggemma-300m`).
     /// `threads`: worker threads (0 = all cores).
     #[new]
-    #[pyo3(signature = (path=None, threads=0))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, threads=0, devices=vec!["cpu".to_string()]))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, devices: Vec<String>) -> PyResult<Self> {
+        let device = crate::compiled::devices_named(&devices, threads)?.remove(0);
         let path = resolve(path, "TG_EMBED_MODEL", DEFAULT_EMBEDDING_MODEL, true, "fetch_embedding_model.py")?;
         let p: PathBuf = path.clone();
-        let mut m = py.detach(move || guard(|| EmbeddingGemma::load(Path::new(&p), threads).map_err(load_error)))?;
+        let mut m = py.detach(move || guard(|| EmbeddingGemma::load_on(Path::new(&p), device).map_err(load_error)))?;
         m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, ..Default::default() });
         let config = json_value(&m.config)?;
         Ok(PyEmbeddingGemma {

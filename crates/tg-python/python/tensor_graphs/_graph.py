@@ -469,12 +469,15 @@ class CompileOptions:
       rounded to 8-bit blocks; only matters for quantized weights).
     - ``alignment``: byte alignment of arena buffers (a power of two).
     - ``threads``: CPU worker threads (0 = all cores).
+    - ``devices``: the devices to compile for, by name (``"cpu"``, ``"opencl"``,
+      ``"opencl:N"``; ``tg devices`` lists them). Every step runs on the first.
     """
 
     disable: Sequence[str] = field(default_factory=tuple)
     numerics: str = "exact"
     alignment: int = 64
     threads: int = 0
+    devices: Sequence[str] = ("cpu",)
 
 
 def compile(graph: Graph, options: Optional[CompileOptions] = None, **overrides: Any) -> "_native.Compiled":
@@ -490,12 +493,13 @@ def compile(graph: Graph, options: Optional[CompileOptions] = None, **overrides:
         raise TypeError(f"compile() expects a tensor_graphs.Graph, got {type(graph).__name__}")
     opts = options if options is not None else CompileOptions()
     if overrides:
-        unknown = set(overrides) - {"disable", "numerics", "alignment", "threads"}
+        unknown = set(overrides) - {"disable", "numerics", "alignment", "threads", "devices"}
         if unknown:
             raise TypeError(f"compile() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         opts = CompileOptions(**{**opts.__dict__, **overrides})
     disable = [opts.disable] if isinstance(opts.disable, str) else list(opts.disable)
-    return _native.compile(graph._core, disable, opts.numerics, opts.alignment, opts.threads)
+    devices = [opts.devices] if isinstance(opts.devices, str) else list(opts.devices)
+    return _native.compile(graph._core, disable, opts.numerics, opts.alignment, opts.threads, devices)
 
 
 def reference_eval(graph: Graph, inputs: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> Dict[str, np.ndarray]:
