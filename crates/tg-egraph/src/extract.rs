@@ -8,7 +8,7 @@ use crate::convert::Choice;
 use crate::{ENode, EgraphError, Operand, TEGraph};
 use egg::Id;
 use std::collections::HashMap;
-use tg_ir::{DType, Graph, Op, UnaryOp};
+use tg_ir::{DType, Graph, Op};
 
 /// Estimated cost of running one node.
 pub trait CostModel {
@@ -19,10 +19,12 @@ pub trait CostModel {
     fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64;
 }
 
-/// Kernel cost estimate in nanoseconds: a launch overhead, plus bytes moved over a
-/// bandwidth, plus flops over a throughput. Views (reshape, expand, slice, permute) cost a
-/// nominal amount — a permute slightly more, as it usually makes its reader copy. Fused
-/// ops read and write their operands once, so they come out cheaper than their parts.
+/// Kernel cost estimate in nanoseconds: a launch overhead, plus the bytes the node's kernel
+/// moves over a bandwidth, plus its flops over a throughput — the kernel and its work are the
+/// registry's (`tg_runtime::select`, `tg_runtime::work`), the same the measured cost model
+/// and the profile's fallbacks use. Views (reshape, expand, slice, permute) cost a nominal
+/// amount — a permute slightly more, as it usually makes its reader copy. Fused ops read and
+/// write their operands once, so they come out cheaper than their parts.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct KernelCost {
     /// Fixed cost of one kernel launch (ns).
@@ -63,41 +65,22 @@ impl CostModel for KernelCost {
     }
 
     fn node_cost(&self, op: &Op, (os, od): (&[usize], DType), ins: &[Operand]) -> f64 {
-        let n = numel(os);
-        let moved = bytes(os, od) + ins.iter().map(|o| bytes(o.shape, o.dtype)).sum::<f64>();
-        let kernel = |flops: f64| self.launch_ns + moved / self.bytes_per_ns + flops / self.flops_per_ns;
         match op {
             Op::Input { .. } | Op::Weight { .. } | Op::State { .. } => 0.0,
-            // Writes the new rows into the state in place: only the rows move.
-            Op::StoreRows { .. } => self.launch_ns + 2.0 * ins.get(1).map_or(0.0, |o| bytes(o.shape, o.dtype)) / self.bytes_per_ns,
             Op::Constant { .. } => self.launch_ns * 0.1,
-            Op::Iota { .. } => kernel(n),
             Op::Reshape | Op::Expand | Op::Slice { .. } => self.view_ns,
             Op::Permute { .. } => 2.0 * self.view_ns,
-            Op::Unary(u) => kernel(n * if matches!(u, UnaryOp::Neg | UnaryOp::Abs) { 1.0 } else { 10.0 }),
-            Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => kernel(n),
-            Op::Reduce { .. } => kernel(ins.first().map_or(n, |o| numel(o.shape))),
-            Op::MatMul { .. } | Op::MatMulAdd { .. } => {
-                let k = ins.first().and_then(|o| o.shape.last()).copied().unwrap_or(1) as f64;
-                kernel(2.0 * n * k)
-            }
-            Op::Concat { .. } | Op::Gather => kernel(0.0),
-            Op::RmsNorm { .. } => kernel(4.0 * n),
-            // the sum and its norm: `n` counts both halves of the output.
-            Op::AddRmsNorm { .. } => kernel(2.5 * n),
-            Op::RopeNeox => kernel(6.0 * n),
-            Op::RmsNormRopeNeox { .. } => kernel(10.0 * n),
-            Op::GeluTanh => kernel(14.0 * n),
-            Op::GatedGelu => kernel(15.0 * n),
-            Op::Softmax => kernel(13.0 * n),
-            Op::Attention { .. } | Op::AttentionSeqMajor { .. } => {
-                // scores q·kᵀ, softmax and p·v without materialising the scores.
-                let sq = if matches!(op, Op::AttentionSeqMajor { .. }) { os[0] } else { os[os.len() - 2] } as f64;
-                let d = os[os.len() - 1] as f64;
-                let sk = ins.get(1).map_or(1.0, |o| o.shape[o.shape.len() - 2] as f64);
-                let batch = n / (sq * d).max(1.0);
-                kernel(batch * sq * sk * (4.0 * d + 13.0))
-            }
+            // Every other op is the kernel lowering gives it (`tg_runtime::select`), sized by
+            // the work formula all cost models share (`tg_runtime::work`).
+            _ => match tg_runtime::select(op, ins, os, false) {
+                Some((k, layouts)) => {
+                    let w = tg_runtime::work(&k, &layouts, &tg_runtime::Layout::contiguous(os, od));
+                    self.launch_ns + w.bytes / self.bytes_per_ns + w.flops / self.flops_per_ns
+                }
+                // No kernel implements it on these operands (the fusion guards keep such
+                // nodes out): never the cheaper choice.
+                None => f64::MAX / 1e6,
+            },
         }
     }
 }
