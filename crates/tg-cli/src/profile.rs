@@ -115,6 +115,16 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     let model_path = crate::model_path::resolve(a.model.clone())?;
     let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
     let mut opened = Opened::default();
+    // Another device's measurements are keyed by its fingerprint: a changed device, driver or
+    // kernel build drops the old ones.
+    let mut profile = profile;
+    let dev = opened.get(&a.device, 1)?;
+    if dev.kind() != tg_runtime::DeviceKind::Cpu {
+        let dropped = profile.bind_device(dev.name(), &dev.fingerprint());
+        if dropped > 0 {
+            eprintln!("{}: {dropped} measurements of another device or kernel build dropped", dev.name());
+        }
+    }
     let shared = Arc::new(profile);
     let mut keys = Vec::new();
     // The one-token plans' graphs depend on the capacity only: derived once each.

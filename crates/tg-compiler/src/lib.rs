@@ -302,6 +302,11 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         let measured;
         let base: &dyn tg_egraph::CostModel = match &opts.cost {
             CostSource::Estimate => &estimate,
+            // Measurements of another device, driver or kernel build under this device's name.
+            CostSource::Profile(p) if p.device_fingerprint(dev).is_some_and(|f| f != target.fingerprint()) => {
+                report.cost_source = format!("kernel cost estimate: the profile's {dev} measurements are of another device or kernel build (run `tg profile --device {dev}`)");
+                &estimate
+            }
             CostSource::Profile(p) => {
                 measured = MeasuredCost::new(p.clone(), dev, threads, q8);
                 &measured

@@ -117,6 +117,10 @@ struct ProfileFile {
     rooflines: Vec<Roofline>,
     links: Vec<LinkEntry>,
     entries: Vec<Entry>,
+    /// Fingerprints of the devices other than the machine's CPU (`Device::fingerprint`), by
+    /// device name: their measurements hold only for that device, driver and kernel build.
+    #[serde(default)]
+    devices: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -141,6 +145,7 @@ pub struct Profile {
     rooflines: Vec<Roofline>,
     links: Vec<(LinkKey, Link)>,
     entries: Vec<(ProfileKey, Measurement)>,
+    devices: std::collections::BTreeMap<String, String>,
     index: HashMap<ProfileKey, usize>,
     /// Fits of families with points, computed on first prediction, reset on change.
     fits: OnceLock<HashMap<FitKey, FamilyFit>>,
@@ -149,7 +154,38 @@ pub struct Profile {
 impl Profile {
     /// An empty profile for `fingerprint`.
     pub fn new(fingerprint: Fingerprint) -> Profile {
-        Profile { fingerprint, rooflines: Vec::new(), links: Vec::new(), entries: Vec::new(), index: HashMap::new(), fits: OnceLock::new() }
+        Profile { fingerprint, rooflines: Vec::new(), links: Vec::new(), entries: Vec::new(), devices: Default::default(), index: HashMap::new(), fits: OnceLock::new() }
+    }
+
+    /// The fingerprint the measurements of device `name` were taken under, for devices other
+    /// than the machine's CPU (whose fingerprint is the profile's own).
+    pub fn device_fingerprint(&self, name: &str) -> Option<&str> {
+        self.devices.get(name).map(String::as_str)
+    }
+
+    /// Records that the measurements of device `name` are taken under `fingerprint`. When it
+    /// differs from the one recorded, every measurement, roofline and link of that device is
+    /// dropped first (they are of another device, driver or kernel build); returns how many
+    /// kernel measurements were dropped.
+    pub fn bind_device(&mut self, name: &str, fingerprint: &str) -> usize {
+        if self.devices.get(name).is_some_and(|f| f == fingerprint) {
+            return 0;
+        }
+        let had = self.devices.contains_key(name);
+        self.devices.insert(name.to_string(), fingerprint.to_string());
+        if !had {
+            return 0;
+        }
+        let before = self.entries.len();
+        let kept: Vec<(ProfileKey, Measurement)> = self.entries.drain(..).filter(|(k, _)| k.device != name).collect();
+        self.index.clear();
+        for (k, m) in kept {
+            self.insert(k, m);
+        }
+        self.rooflines.retain(|r| r.device != name);
+        self.links.retain(|(k, _)| k.src != name && k.dst != name);
+        self.fits = OnceLock::new();
+        before - self.entries.len()
     }
 
     /// The fingerprint the measurements were taken under.
@@ -322,6 +358,7 @@ impl Profile {
             rooflines: self.rooflines.clone(),
             links: self.links.iter().map(|(key, link)| LinkEntry { key: key.clone(), link: link.clone() }).collect(),
             entries: self.entries.iter().map(|(key, m)| Entry { key: key.clone(), measurement: m.clone() }).collect(),
+            devices: self.devices.clone(),
         };
         serde_json::to_string_pretty(&file).unwrap_or_default()
     }
@@ -339,6 +376,7 @@ impl Profile {
         let mut p = Profile::new(file.fingerprint);
         p.rooflines = file.rooflines;
         p.links = file.links.into_iter().map(|l| (l.key, l.link)).collect();
+        p.devices = file.devices;
         for e in file.entries {
             p.insert(e.key, e.measurement);
         }

@@ -99,12 +99,10 @@ fn cpu_range_errors() {
     assert_eq!(read_all(&*d, &a), vec![7u8; 128]);
 }
 
-/// Known bug (tg-runtime/src/cpu/mod.rs, `CpuDevice::region`): `read`, `copy`, `fill` and
-/// `launch` check ranges against the allocation rounded up to 64-byte lines, not against
-/// the buffer's size (`write` checks both), so on a 100-byte buffer bytes 100..128 can be
-/// read, filled and copied. Run with `-- --ignored` once fixed.
+/// Ranges are checked against the buffer's size, not the allocation rounded up to 64-byte
+/// lines: on a 100-byte buffer, bytes 100..128 cannot be read, filled or copied (this was a
+/// bug of `CpuDevice::region`, found by this test).
 #[test]
-#[ignore = "CpuDevice::region checks against the 64-byte-rounded allocation, not DeviceBuffer::bytes()"]
 fn cpu_range_checks_use_the_buffer_size_not_the_allocation() {
     let d = cpu();
     let a = d.alloc(100).expect("alloc");

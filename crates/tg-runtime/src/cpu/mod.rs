@@ -72,7 +72,9 @@ impl CpuDevice {
 
     /// The bytes `[offset, offset + len)` of `b`, checked.
     fn region(&self, b: &DeviceBuffer, offset: usize, len: usize) -> Result<(*mut u8, bool), DeviceError> {
-        let (p, n, w) = self.mem(b)?.ptr();
+        let (p, alloc, w) = self.mem(b)?.ptr();
+        // The buffer's own size, not the allocation rounded up to whole cache lines.
+        let n = b.bytes().min(alloc);
         if offset.checked_add(len).is_none_or(|e| e > n) {
             return Err(DeviceError::Range { device: "cpu".into(), start: offset, end: offset.saturating_add(len), len: n });
         }
