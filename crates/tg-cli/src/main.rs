@@ -325,6 +325,7 @@ fn run(cli: Cli) -> Res<()> {
             if json {
                 let n_gen = out.len();
                 let obj = serde_json::json!({
+                    "device": m.device().name(),
                     "prompt": prompt,
                     "prompt_tokens": ids,
                     "tokens": out,
@@ -369,7 +370,7 @@ fn run(cli: Cli) -> Res<()> {
                     inc.graph
                 }
             };
-            let dev = device(&device_name, threads)?;
+            let dev = m.device();
             let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
             if profile {
                 let at = incremental.map(|cap| cap - seq);

@@ -591,6 +591,11 @@ impl Gemma3 {
         Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device), session })
     }
 
+    /// The device the model's plans run on.
+    pub fn device(&self) -> Arc<dyn Device> {
+        self.plans.device().clone()
+    }
+
     /// The mapped file.
     pub fn file(&self) -> &GgufFile {
         &self.file

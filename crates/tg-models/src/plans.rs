@@ -22,6 +22,11 @@ pub(crate) struct PlanCache<K> {
 }
 
 impl<K: Hash + Eq> PlanCache<K> {
+    /// The device plans are compiled for.
+    pub(crate) fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
     pub(crate) fn new(device: Arc<dyn Device>) -> Self {
         PlanCache { device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false, store: PlanStore::default_store() }
     }
