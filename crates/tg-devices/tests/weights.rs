@@ -1,0 +1,36 @@
+//! Weights are bound once per device: binding the same store and name again (another plan,
+//! another run) returns the buffer already there; the CPU reads them in place.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use tg_ir::WeightStore;
+
+#[test]
+fn a_weight_is_uploaded_once_per_device_and_store() {
+    let mut m = HashMap::new();
+    m.insert("w".to_string(), (0..64u8).collect::<Vec<u8>>());
+    let store: Arc<dyn WeightStore + Send + Sync> = Arc::new(m.clone());
+    let other: Arc<dyn WeightStore + Send + Sync> = Arc::new(m);
+    for name in ["cpu", "opencl"] {
+        let dev = match tg_devices::open(name, 1) {
+            Ok(d) => d,
+            Err(e) => {
+                assert!(!std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"), "no {name} device under CI: {e}");
+                eprintln!("SKIPPED: no {name} device ({e})");
+                continue;
+            }
+        };
+        let a = dev.bind_weight(&store, "w").unwrap();
+        let mut back = vec![0u8; 64];
+        dev.read(&a, 0, &mut back).unwrap();
+        assert_eq!(back, (0..64u8).collect::<Vec<u8>>(), "{name}: the weight's bytes");
+        if dev.kind() != tg_runtime::DeviceKind::Cpu {
+            let b = dev.bind_weight(&store, "w").unwrap();
+            assert!(Arc::ptr_eq(&a, &b), "{name}: the same store and name bound twice made two buffers");
+            let c = dev.bind_weight(&other, "w").unwrap();
+            assert!(!Arc::ptr_eq(&a, &c), "{name}: another store shares the first store's buffer");
+        }
+        assert!(dev.bind_weight(&store, "missing").is_err(), "{name}: a missing weight binds");
+        assert!(dev.write(&a, 0, &[1]).is_err() || dev.kind() != tg_runtime::DeviceKind::Cpu, "{name}: the CPU writes into a weight");
+    }
+}
