@@ -1,7 +1,7 @@
-//! The contract of every kernel: the CPU device's (`tg_runtime::cpu`), with this crate's
-//! limits (at most eight strided dims after merging, head_dim ≤ 256 in attention, the weight
-//! formats the kernels decode). The output may start at any element offset but must be
-//! contiguous.
+//! The contract of every kernel: the device-independent one
+//! ([`tg_runtime::contract::well_formed`]) with this crate's limits (at most eight strided
+//! dims after merging, head_dim ≤ 256 in attention, the weight formats the kernels decode,
+//! i32 error reports). The output may start at any element offset but must be contiguous.
 
 use tg_ir::DType;
 use tg_quant::GgmlType;
@@ -21,10 +21,6 @@ fn need(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-fn plain(d: DType) -> bool {
-    !matches!(d, DType::Quant(_))
-}
-
 /// The weight / table formats the kernels read (as a GGML type; plain F32 counts as F32).
 pub(crate) fn weight_type(d: DType) -> Option<GgmlType> {
     let t = match d {
@@ -33,13 +29,6 @@ pub(crate) fn weight_type(d: DType) -> Option<GgmlType> {
         _ => return None,
     };
     matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K).then_some(t)
-}
-
-fn same_shape(ins: &[Layout], out: &Layout) -> Result<(), String> {
-    for l in ins {
-        need(l.shape == out.shape, || format!("operand shape {:?} differs from output {:?} (broadcast must be a strided view)", l.shape, out.shape))?;
-    }
-    Ok(())
 }
 
 /// Elementwise operands walked over the output's shape must merge to at most eight dims.
@@ -55,196 +44,45 @@ fn strided_rank(ins: &[Layout], out: &Layout) -> Result<(), String> {
     Ok(())
 }
 
-fn fused_f32(ins: &[Layout]) -> Result<(), String> {
-    need(ins.iter().all(|l| l.dtype == DType::F32 && l.is_contiguous()), || "fused kernels need contiguous f32 operands".into())
-}
-
-fn rope_tables(out: &Layout, cos: &Layout, sin: &Layout, what: &str) -> Result<(), String> {
-    let (seq, half) = (out.shape[0], out.shape[2] / 2);
-    let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
-    need(ok(cos) && ok(sin), || format!("{what}: cos/sin must be [seq, .., d/2] with one row per position"))
-}
-
-/// See [`crate::ClKernels::supports`].
+/// See [`crate::ClKernels::supports`]: every well-formed launch
+/// ([`tg_runtime::contract::well_formed`]) within this device's limits.
 pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
-    need(out.is_contiguous(), || "output must be contiguous".into())?;
-    need(plain(out.dtype), || "outputs cannot be quantized".into())?;
-    need(out.strides.len() == out.shape.len() && ins.iter().all(|l| l.strides.len() == l.shape.len()), || "layout strides and shape differ in rank".into())?;
-    let arity = |n: usize| need(ins.len() == n, || format!("expects {n} operands, got {}", ins.len()));
+    tg_runtime::contract::well_formed(kernel, ins, out)?;
     match kernel {
-        Kernel::Fill { .. } => arity(0),
-        Kernel::Iota { axis } => {
-            arity(0)?;
-            need(*axis < out.shape.len() && matches!(out.dtype, DType::F32 | DType::I32), || "iota: bad axis or dtype".into())
-        }
-        Kernel::Unary(_) => {
-            arity(1)?;
-            same_shape(ins, out)?;
-            need(ins[0].dtype == DType::F32 && out.dtype == DType::F32, || "unary ops are f32".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Binary(_) => {
-            arity(2)?;
-            same_shape(ins, out)?;
-            need(ins[0].dtype == ins[1].dtype && plain(ins[0].dtype), || "operands must share a plain dtype".into())?;
-            need(out.dtype != DType::F32 || ins[0].dtype == DType::F32, || "binary f32 output from non-f32 operands".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Compare(_) => {
-            arity(2)?;
-            same_shape(ins, out)?;
-            need(ins[0].dtype == ins[1].dtype && plain(ins[0].dtype), || "operands must share a plain dtype".into())?;
-            need(out.dtype == DType::Bool, || "comparisons write bool".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Where => {
-            arity(3)?;
-            same_shape(ins, out)?;
-            need(ins[0].dtype == DType::Bool && ins[1].dtype == out.dtype && ins[2].dtype == out.dtype, || "where: dtypes".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Cast => {
-            arity(1)?;
-            same_shape(ins, out)?;
-            need(plain(ins[0].dtype), || "cast of quantized storage".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Copy => {
-            arity(1)?;
-            same_shape(ins, out)?;
-            need(ins[0].dtype == out.dtype, || "copy keeps the dtype".into())?;
-            strided_rank(ins, out)
-        }
-        Kernel::Reduce { axis, .. } => {
-            arity(1)?;
-            need(ins[0].dtype == DType::F32 && ins[0].is_contiguous() && out.dtype == DType::F32, || "reduce needs a contiguous f32 operand".into())?;
-            let mut s = ins[0].shape.clone();
-            need(*axis < s.len(), || "reduce axis out of range".into())?;
-            s[*axis] = 1;
-            need(s == out.shape, || format!("reduce output {:?} != {:?}", out.shape, s))
-        }
-        Kernel::MatMul { transpose_rhs } => {
-            arity(2)?;
-            let (a, b) = (&ins[0], &ins[1]);
+        Kernel::Unary(_) | Kernel::Binary(_) | Kernel::Compare(_) | Kernel::Where | Kernel::Cast | Kernel::Copy => strided_rank(ins, out),
+        Kernel::MatMul { .. } => {
             let r = out.shape.len();
-            need(a.dtype == DType::F32 && b.dtype == DType::F32 && out.dtype == DType::F32, || "matmul_f32 operands must be f32".into())?;
-            need(r >= 2 && a.shape.len() == r && b.shape.len() == r, || "matmul_f32 operands must have the output's rank".into())?;
-            need(a.shape[..r - 2] == out.shape[..r - 2] && b.shape[..r - 2] == out.shape[..r - 2], || "batch dims must be expanded to the output's".into())?;
-            let (m, k) = (a.shape[r - 2], a.shape[r - 1]);
-            let (kb, n) = if *transpose_rhs { (b.shape[r - 1], b.shape[r - 2]) } else { (b.shape[r - 2], b.shape[r - 1]) };
-            need(k == kb && out.shape[r - 2] == m && out.shape[r - 1] == n, || "matmul_f32 dims".into())?;
-            need(a.strides.iter().chain(&b.strides).all(|&s| s >= 0), || "matmul_f32 needs non-negative strides".into())?;
+            let (a, b) = (&ins[0], &ins[1]);
             let cs = contiguous(&out.shape[..r - 2]);
             let bm = merge(&out.shape[..r - 2], &[&a.strides[..r - 2], &b.strides[..r - 2], &cs]);
             need(bm.shape.len() <= MAX_RANK, || format!("matmul_f32: batch rank {} after merging exceeds {MAX_RANK}", bm.shape.len()))
         }
-        Kernel::MatMulQuant { .. } => {
-            arity(2)?;
+        Kernel::MatMulQuant { .. } | Kernel::MatMulQuantAdd { .. } => {
             let (a, w) = (&ins[0], &ins[1]);
-            need(a.dtype == DType::F32 && a.is_contiguous() && out.dtype == DType::F32, || "matmul_quant: activations must be contiguous f32".into())?;
-            let ty = weight_type(w.dtype).ok_or_else(|| format!("matmul_quant: weight type {:?} not supported", w.dtype))?;
-            need(w.shape.len() == 2 && w.is_contiguous() && w.offset == 0, || "matmul_quant: weight must be a whole [n, k] tensor".into())?;
+            let ty = weight_type(w.dtype).ok_or_else(|| format!("{}: weight type {:?} not supported", kernel.name(), w.dtype))?;
             let k = *a.shape.last().unwrap_or(&0);
-            need(w.shape[1] == k, || format!("matmul_quant: k mismatch {} vs {}", k, w.shape[1]))?;
-            need(k % ty.block_size() == 0, || format!("matmul_quant: k = {k} is not a multiple of the {} block", ty.name()))?;
-            let mut s = a.shape.clone();
-            if let Some(l) = s.last_mut() {
-                *l = w.shape[0];
-            }
-            need(s == out.shape, || format!("matmul_quant output {:?} != {:?}", out.shape, s))
+            need(k % ty.block_size() == 0, || format!("{}: k = {k} is not a multiple of the {} block", kernel.name(), ty.name()))
         }
-        Kernel::MatMulQuantAdd { quantize_activations } => {
-            arity(3)?;
-            supports(&Kernel::MatMulQuant { quantize_activations: *quantize_activations }, &ins[..2], out)?;
-            let c = &ins[2];
-            let n = *out.shape.last().unwrap_or(&0);
-            let row = c.numel() == n && c.shape.last() == Some(&n);
-            need(c.dtype == DType::F32 && c.is_contiguous() && (row || c.shape == out.shape), || {
-                "matmul_quant_add: the addend must be a contiguous f32 row of n or the output's shape".into()
-            })
-        }
-        Kernel::Concat { axis } => {
-            need(!ins.is_empty(), || "concat of nothing".into())?;
-            need(ins.iter().all(|l| l.is_contiguous() && l.dtype == out.dtype), || "concat operands must be contiguous and share the dtype".into())?;
-            need(*axis < out.shape.len() && ins.iter().all(|l| l.shape.len() == out.shape.len()), || "concat axis or rank".into())?;
-            need(ins.iter().all(|l| (0..out.shape.len()).all(|d| d == *axis || l.shape[d] == out.shape[d])), || "concat: operands differ off the axis".into())?;
-            need(ins.iter().map(|l| l.shape[*axis]).sum::<usize>() == out.shape[*axis], || "concat sizes".into())
-        }
-        Kernel::StoreRows { axis } => {
-            arity(2)?;
-            let (r, o) = (&ins[0], &ins[1]);
-            need(*axis < out.shape.len() && r.shape.len() == out.shape.len(), || "store_rows: axis or rank".into())?;
-            need(r.is_contiguous() && r.dtype == out.dtype, || "store_rows: rows must be contiguous, of the state's dtype".into())?;
-            need((0..out.shape.len()).all(|i| i == *axis || r.shape[i] == out.shape[i]) && r.shape[*axis] <= out.shape[*axis], || "store_rows: rows do not fit".into())?;
-            need(o.dtype == DType::I32 && o.numel() == 1, || "store_rows: offset must be one i32".into())?;
-            need(out.numel() < i32::MAX as usize, || "store_rows: state too large for i32 error reports".into())
-        }
+        Kernel::StoreRows { .. } => need(out.numel() < i32::MAX as usize, || "store_rows: state too large for i32 error reports".into()),
         Kernel::Gather => {
-            arity(2)?;
-            let (t, ids) = (&ins[0], &ins[1]);
+            let t = &ins[0];
             weight_type(t.dtype).ok_or_else(|| format!("gather: table type {:?} not supported", t.dtype))?;
-            need(t.shape.len() == 2 && t.is_contiguous() && t.offset == 0, || "gather: table must be a whole [rows, k] tensor".into())?;
-            need(t.shape[0] <= i32::MAX as usize, || "gather: more table rows than i32 ids reach".into())?;
-            need(ids.dtype == DType::I32 && ids.is_contiguous(), || "gather: ids must be contiguous i32".into())?;
-            need(out.dtype == DType::F32 && out.numel() == ids.numel() * t.shape[1], || "gather output size".into())
-        }
-        Kernel::RmsNorm { .. } => {
-            arity(2)?;
-            fused_f32(ins)?;
-            same_shape(&ins[..1], out)?;
-            let n = *out.shape.last().unwrap_or(&0);
-            need(ins[1].numel() == n && ins[1].shape.last() == Some(&n), || "rms_norm: the weight must be one row of the last dim".into())
-        }
-        Kernel::RopeNeox => {
-            arity(3)?;
-            fused_f32(ins)?;
-            same_shape(&ins[..1], out)?;
-            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rope_neox: x must be [seq, heads, even d]".into())?;
-            rope_tables(out, &ins[1], &ins[2], "rope_neox")
-        }
-        Kernel::AddRmsNorm { .. } => {
-            arity(3)?;
-            fused_f32(ins)?;
-            let (a, b, w) = (&ins[0], &ins[1], &ins[2]);
-            need(a.shape == b.shape, || "add_rms_norm: the summands must have one shape".into())?;
-            need(out.shape.first() == Some(&2) && out.shape[1..] == a.shape[..], || "add_rms_norm: the output must be [2, ..a.shape]".into())?;
-            let n = *a.shape.last().unwrap_or(&0);
-            need(w.numel() == n && w.shape.last() == Some(&n), || "add_rms_norm: the weight must be one row of the last dim".into())
-        }
-        Kernel::RmsNormRopeNeox { .. } => {
-            arity(4)?;
-            fused_f32(ins)?;
-            same_shape(&ins[..1], out)?;
-            need(out.shape.len() == 3 && out.shape[2].is_multiple_of(2), || "rms_norm_rope_neox: x must be [seq, heads, even d]".into())?;
-            let d = out.shape[2];
-            need(ins[1].numel() == d && ins[1].shape.last() == Some(&d), || "rms_norm_rope_neox: the weight must be one row of head_dim".into())?;
-            rope_tables(out, &ins[2], &ins[3], "rms_norm_rope_neox")
-        }
-        Kernel::GeluTanh | Kernel::Softmax => {
-            arity(1)?;
-            fused_f32(ins)?;
-            need(out.dtype == DType::F32, || "f32 output".into())?;
-            same_shape(ins, out)
-        }
-        Kernel::GatedGelu => {
-            arity(2)?;
-            fused_f32(ins)?;
-            need(out.dtype == DType::F32, || "f32 output".into())?;
-            same_shape(ins, out)
+            need(t.shape[0] <= i32::MAX as usize, || "gather: more table rows than i32 ids reach".into())
         }
         Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. } => {
-            let what = kernel.name();
-            arity(4)?;
-            fused_f32(ins)?;
-            let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
-            need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || format!("{what}: q, k, v must be rank 4"))?;
-            let seq_major = matches!(kernel, Kernel::AttentionSeqMajor { .. });
-            let (sq, nkv, d) = if seq_major { (q.shape[0], q.shape[1], q.shape[3]) } else { (q.shape[2], q.shape[0], q.shape[3]) };
-            let sk = k.shape[2];
-            need(k.shape == [nkv, 1, sk, d] && v.shape == [nkv, 1, sk, d], || format!("{what}: k/v must be [n_kv, 1, sk, d] matching q"))?;
-            need(m.numel() == sq * sk && m.shape.last() == Some(&sk), || format!("{what}: mask must be one [sq, sk] matrix"))?;
-            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{what}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}"))?;
-            same_shape(&ins[..1], out)
+            let d = ins[0].shape[3];
+            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}", kernel.name()))
         }
+        Kernel::Fill { .. }
+        | Kernel::Iota { .. }
+        | Kernel::Reduce { .. }
+        | Kernel::Concat { .. }
+        | Kernel::RmsNorm { .. }
+        | Kernel::RopeNeox
+        | Kernel::RmsNormRopeNeox { .. }
+        | Kernel::GeluTanh
+        | Kernel::GatedGelu
+        | Kernel::Softmax
+        | Kernel::AddRmsNorm { .. } => Ok(()),
     }
 }

@@ -7,6 +7,7 @@
 //! [`Device`] trait; [`CpuDevice`] runs the SIMD kernels of `tg-kernels` on a thread pool.
 #![warn(missing_docs)]
 
+pub mod contract;
 mod cpu;
 pub mod device;
 mod exec;

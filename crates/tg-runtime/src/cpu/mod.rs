@@ -83,13 +83,22 @@ impl CpuDevice {
     }
 }
 
-/// The CPU's kernel registry: every family, each with the contract in `kernels::contract`.
+/// The CPU's contract: every well-formed launch ([`crate::contract::well_formed`]) with its
+/// output at offset 0 (the kernels write their output buffer from its start).
+fn cpu_contract(kernel: &Kernel, ins: &[crate::Layout], out: &crate::Layout) -> Result<(), String> {
+    if out.offset != 0 {
+        return Err("output must be contiguous at offset 0".into());
+    }
+    crate::contract::well_formed(kernel, ins, out)
+}
+
+/// The CPU's kernel registry: every family, each with [`cpu_contract`].
 pub fn cpu_registry() -> &'static KernelRegistry {
     static R: OnceLock<KernelRegistry> = OnceLock::new();
     R.get_or_init(|| {
         KernelRegistry::new(
             "cpu",
-            FAMILIES.iter().map(|&family| KernelEntry { family, contract: kernels::contract, note: "tg-kernels (AVX-512 / AVX2 / scalar, chosen at run time), rayon" }).collect(),
+            FAMILIES.iter().map(|&family| KernelEntry { family, contract: cpu_contract, note: "tg-kernels (AVX-512 / AVX2 / scalar, chosen at run time), rayon" }).collect(),
         )
     })
 }
