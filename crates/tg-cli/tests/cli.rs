@@ -137,9 +137,7 @@ fn bench_json_uses_llama_bench_field_names() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&out).expect("a JSON list");
     assert_eq!(rows.len(), 2, "one pp row and one tg row");
     for r in &rows {
-        for f in
-            ["n_prompt", "n_gen", "n_depth", "n_threads", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ts", "samples_ns", "model_type", "model_size", "model_n_params"]
-        {
+        for f in ["n_prompt", "n_gen", "n_depth", "n_threads", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "samples_ts", "samples_ns", "model_type", "model_size", "model_n_params"] {
             assert!(r.get(f).is_some(), "missing field {f}: {r}");
         }
         assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);

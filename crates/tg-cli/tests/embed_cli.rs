@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn model() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_EMBEDDING_MODEL));
+    let p = std::env::var_os("TG_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_EMBEDDING_MODEL));
     if p.join("modules.json").is_file() {
         Some(p)
     } else if std::env::var("TG_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {

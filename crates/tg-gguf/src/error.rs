@@ -20,7 +20,9 @@ pub enum GgufError {
         source: std::io::Error,
     },
     /// The file ends inside a field.
-    #[error("{file}: truncated: {what} at offset {offset} needs {needed} bytes, only {available} left")]
+    #[error(
+        "{file}: truncated: {what} at offset {offset} needs {needed} bytes, only {available} left"
+    )]
     Truncated {
         /// File path.
         file: String,
@@ -80,7 +82,9 @@ pub enum GgufError {
         offset: u64,
     },
     /// A bool value byte other than 0 or 1.
-    #[error("{file}: metadata {key:?}: bool at offset {offset} has byte {byte:#04x} (must be 0 or 1)")]
+    #[error(
+        "{file}: metadata {key:?}: bool at offset {offset} has byte {byte:#04x} (must be 0 or 1)"
+    )]
     InvalidBool {
         /// File path.
         file: String,

@@ -138,7 +138,10 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let io = |source| GgufError::Io { file: name.clone(), source };
+        let io = |source| GgufError::Io {
+            file: name.clone(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: read-only private mapping; we document that the file must not change
         // underneath us, which is the standard contract for mapped model files.
@@ -155,8 +158,21 @@ impl GgufFile {
     pub fn from_bytes_named(bytes: &[u8], name: &str) -> Result<GgufFile, GgufError> {
         let mut buf = vec![Align64([0; 64]); bytes.len().div_ceil(64)];
         // SAFETY: `buf` has room for `bytes.len()` bytes and does not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().cast::<u8>(), bytes.len()) };
-        Self::build(Storage::Owned { buf, len: bytes.len() }, name.to_string(), None)
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                buf.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        Self::build(
+            Storage::Owned {
+                buf,
+                len: bytes.len(),
+            },
+            name.to_string(),
+            None,
+        )
     }
 
     /// Parses `bytes` without keeping them: validates and returns the parsed tables'
@@ -233,14 +249,27 @@ impl GgufFile {
     }
 
     fn need(&self, key: &str) -> Result<&Value, GgufError> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey { file: self.name.clone(), key: key.to_string() })
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            file: self.name.clone(),
+            key: key.to_string(),
+        })
     }
 
     fn wrong(&self, key: &str, expected: &'static str, v: &Value) -> GgufError {
-        GgufError::WrongType { file: self.name.clone(), key: key.to_string(), expected, found: v.describe() }
+        GgufError::WrongType {
+            file: self.name.clone(),
+            key: key.to_string(),
+            expected,
+            found: v.describe(),
+        }
     }
 
-    fn typed<'s, T>(&'s self, key: &str, expected: &'static str, f: impl Fn(&'s Value) -> Option<T>) -> Result<T, GgufError> {
+    fn typed<'s, T>(
+        &'s self,
+        key: &str,
+        expected: &'static str,
+        f: impl Fn(&'s Value) -> Option<T>,
+    ) -> Result<T, GgufError> {
         let v = self.need(key)?;
         f(v).ok_or_else(|| self.wrong(key, expected, v))
     }
@@ -305,13 +334,25 @@ impl GgufFile {
         self.array_of(key, "array of integers fitting u32", Value::as_u32)
     }
 
-    fn array_of<'s, T>(&'s self, key: &str, expected: &'static str, f: impl Fn(&'s Value) -> Option<T>) -> Result<Vec<T>, GgufError> {
+    fn array_of<'s, T>(
+        &'s self,
+        key: &str,
+        expected: &'static str,
+        f: impl Fn(&'s Value) -> Option<T>,
+    ) -> Result<Vec<T>, GgufError> {
         let v = self.need(key)?;
         let items = v.as_array().ok_or_else(|| self.wrong(key, expected, v))?;
         items
             .iter()
             .enumerate()
-            .map(|(i, e)| f(e).ok_or_else(|| GgufError::WrongType { file: self.name.clone(), key: key.to_string(), expected, found: format!("{} at index {i}", e.describe()) }))
+            .map(|(i, e)| {
+                f(e).ok_or_else(|| GgufError::WrongType {
+                    file: self.name.clone(),
+                    key: key.to_string(),
+                    expected,
+                    found: format!("{} at index {i}", e.describe()),
+                })
+            })
             .collect()
     }
 
@@ -322,22 +363,41 @@ impl GgufFile {
 
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Result<&TensorInfo, GgufError> {
-        self.tensor_index.get(name).map(|&i| &self.tensors[i]).ok_or_else(|| GgufError::MissingTensor { name: name.to_string(), file: self.name.clone() })
+        self.tensor_index
+            .get(name)
+            .map(|&i| &self.tensors[i])
+            .ok_or_else(|| GgufError::MissingTensor {
+                name: name.to_string(),
+                file: self.name.clone(),
+            })
     }
 
     /// The data bytes of `t` (a `TensorInfo` of this file; for a foreign one whose range
     /// does not fit, an empty slice).
     pub fn tensor_bytes(&self, t: &TensorInfo) -> &[u8] {
         let start = usize::try_from(t.offset).unwrap_or(usize::MAX);
-        start.checked_add(t.n_bytes).and_then(|end| self.storage.bytes().get(start..end)).unwrap_or(&[])
+        start
+            .checked_add(t.n_bytes)
+            .and_then(|end| self.storage.bytes().get(start..end))
+            .unwrap_or(&[])
     }
 
     /// Dequantizes the whole tensor `name` to f32 (row-major in ggml order).
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufDequantError> {
         let t = self.tensor(name)?;
-        let n = usize::try_from(t.n_elements())
-            .map_err(|_| GgufDequantError::Quant { tensor: name.to_string(), source: tg_quant::QuantError::Overflow { ty: t.ty.name(), n: usize::MAX } })?;
-        tg_quant::dequantize_to_vec(t.ty, self.tensor_bytes(t), n).map_err(|source| GgufDequantError::Quant { tensor: name.to_string(), source })
+        let n = usize::try_from(t.n_elements()).map_err(|_| GgufDequantError::Quant {
+            tensor: name.to_string(),
+            source: tg_quant::QuantError::Overflow {
+                ty: t.ty.name(),
+                n: usize::MAX,
+            },
+        })?;
+        tg_quant::dequantize_to_vec(t.ty, self.tensor_bytes(t), n).map_err(|source| {
+            GgufDequantError::Quant {
+                tensor: name.to_string(),
+                source,
+            }
+        })
     }
 }
 

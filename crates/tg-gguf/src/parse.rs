@@ -42,7 +42,13 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: usize, what: &dyn Fn() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.left() {
-            return Err(GgufError::Truncated { file: self.file.to_string(), what: what(), offset: self.pos as u64, needed: n as u64, available: self.left() as u64 });
+            return Err(GgufError::Truncated {
+                file: self.file.to_string(),
+                what: what(),
+                offset: self.pos as u64,
+                needed: n as u64,
+                available: self.left() as u64,
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -65,10 +71,23 @@ impl<'a> Reader<'a> {
     }
 
     /// Checks that `count` entries of at least `min_size` bytes each can fit.
-    fn check_count(&self, count: u64, min_size: u64, at: usize, what: &dyn Fn() -> String) -> Result<usize, GgufError> {
+    fn check_count(
+        &self,
+        count: u64,
+        min_size: u64,
+        at: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<usize, GgufError> {
         let needed = u128::from(count) * u128::from(min_size);
         if needed > self.left() as u128 {
-            return Err(GgufError::ImplausibleLength { file: self.file.to_string(), what: what(), offset: at as u64, count, needed, available: self.left() as u64 });
+            return Err(GgufError::ImplausibleLength {
+                file: self.file.to_string(),
+                what: what(),
+                offset: at as u64,
+                count,
+                needed,
+                available: self.left() as u64,
+            });
         }
         // needed <= left <= usize::MAX, and min_size >= 1, so count fits in usize.
         Ok(count as usize)
@@ -79,12 +98,22 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         if len > self.left() as u64 {
             // Nothing is allocated for the claimed length; report where the bytes ran out.
-            return Err(GgufError::Truncated { file: self.file.to_string(), what: what(), offset: start as u64, needed: len, available: self.left() as u64 });
+            return Err(GgufError::Truncated {
+                file: self.file.to_string(),
+                what: what(),
+                offset: start as u64,
+                needed: len,
+                available: self.left() as u64,
+            });
         }
         let bytes = self.take(len as usize, what)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(GgufError::InvalidUtf8 { file: self.file.to_string(), what: what(), offset: start as u64 }),
+            Err(_) => Err(GgufError::InvalidUtf8 {
+                file: self.file.to_string(),
+                what: what(),
+                offset: start as u64,
+            }),
         }
     }
 
@@ -106,13 +135,24 @@ impl<'a> Reader<'a> {
                 match self.array::<1>(&what)?[0] {
                     0 => Value::Bool(false),
                     1 => Value::Bool(true),
-                    byte => return Err(GgufError::InvalidBool { file: self.file.to_string(), key: key.to_string(), offset: at as u64, byte }),
+                    byte => {
+                        return Err(GgufError::InvalidBool {
+                            file: self.file.to_string(),
+                            key: key.to_string(),
+                            offset: at as u64,
+                            byte,
+                        })
+                    }
                 }
             }
             type_id::STRING => Value::String(self.string(&what)?),
             type_id::ARRAY => {
                 if depth >= MAX_NESTING {
-                    return Err(GgufError::NestingTooDeep { file: self.file.to_string(), key: key.to_string(), limit: MAX_NESTING });
+                    return Err(GgufError::NestingTooDeep {
+                        file: self.file.to_string(),
+                        key: key.to_string(),
+                        limit: MAX_NESTING,
+                    });
                 }
                 let at = self.pos;
                 let elem_ty = self.u32(&|| format!("array element type of {key:?}"))?;
@@ -124,14 +164,22 @@ impl<'a> Reader<'a> {
                 })?;
                 let count_at = self.pos;
                 let count = self.u64(&|| format!("array length of {key:?}"))?;
-                let count = self.check_count(count, min, count_at, &|| format!("array length of {key:?}"))?;
+                let count =
+                    self.check_count(count, min, count_at, &|| format!("array length of {key:?}"))?;
                 let mut v = Vec::with_capacity(count.min(1 << 16));
                 for _ in 0..count {
                     v.push(self.value(elem_ty, key, depth + 1)?);
                 }
                 Value::Array(v)
             }
-            other => return Err(GgufError::UnknownValueType { file: self.file.to_string(), key: key.to_string(), offset: self.pos.saturating_sub(4) as u64, type_id: other }),
+            other => {
+                return Err(GgufError::UnknownValueType {
+                    file: self.file.to_string(),
+                    key: key.to_string(),
+                    offset: self.pos.saturating_sub(4) as u64,
+                    type_id: other,
+                })
+            }
         })
     }
 }
@@ -154,7 +202,11 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
     let mut r = Reader { buf, pos: 0, file };
     let magic: [u8; 4] = r.array(&|| "magic".to_string())?;
     if magic != MAGIC {
-        return Err(GgufError::BadMagic { file: file.to_string(), magic, shown: String::from_utf8_lossy(&magic).into_owned() });
+        return Err(GgufError::BadMagic {
+            file: file.to_string(),
+            magic,
+            shown: String::from_utf8_lossy(&magic).into_owned(),
+        });
     }
     let version = r.u32(&|| "version".to_string())?;
     if version != 2 && version != 3 {
@@ -166,7 +218,11 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         } else {
             String::new()
         };
-        return Err(GgufError::UnsupportedVersion { file: file.to_string(), version, hint });
+        return Err(GgufError::UnsupportedVersion {
+            file: file.to_string(),
+            version,
+            hint,
+        });
     }
 
     let at = r.pos;
@@ -185,7 +241,10 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         let ty = r.u32(&|| format!("value type of {key:?}"))?;
         let value = r.value(ty, &key, 0)?;
         if key_index.insert(key.clone(), metadata.len()).is_some() {
-            return Err(GgufError::DuplicateKey { file: file.to_string(), key });
+            return Err(GgufError::DuplicateKey {
+                file: file.to_string(),
+                key,
+            });
         }
         metadata.push((key, value));
     }
@@ -194,7 +253,12 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         None => DEFAULT_ALIGNMENT,
         Some(v) => match v.as_u32() {
             Some(a) if a.is_power_of_two() => a as usize,
-            _ => return Err(GgufError::BadAlignment { file: file.to_string(), found: v.describe() }),
+            _ => {
+                return Err(GgufError::BadAlignment {
+                    file: file.to_string(),
+                    found: v.describe(),
+                })
+            }
         },
     };
 
@@ -210,19 +274,36 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         let name = r.string(&|| format!("tensor name #{i}"))?;
         let n_dims = r.u32(&|| format!("dimension count of tensor {name:?}"))?;
         if n_dims > MAX_DIMS {
-            return Err(GgufError::TooManyDims { file: file.to_string(), tensor: name, n_dims, max: MAX_DIMS });
+            return Err(GgufError::TooManyDims {
+                file: file.to_string(),
+                tensor: name,
+                n_dims,
+                max: MAX_DIMS,
+            });
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for d in 0..n_dims {
             dims.push(r.u64(&|| format!("dimension {d} of tensor {name:?}"))?);
         }
         let type_id = r.u32(&|| format!("type of tensor {name:?}"))?;
-        let ty = GgmlType::from_id(type_id).map_err(|_| GgufError::UnknownGgmlType { file: file.to_string(), tensor: name.clone(), type_id })?;
+        let ty = GgmlType::from_id(type_id).map_err(|_| GgufError::UnknownGgmlType {
+            file: file.to_string(),
+            tensor: name.clone(),
+            type_id,
+        })?;
         let offset = r.u64(&|| format!("data offset of tensor {name:?}"))?;
         if tensor_index.insert(name.clone(), raw.len()).is_some() {
-            return Err(GgufError::DuplicateTensor { file: file.to_string(), name });
+            return Err(GgufError::DuplicateTensor {
+                file: file.to_string(),
+                name,
+            });
         }
-        raw.push(RawTensor { name, dims, ty, offset });
+        raw.push(RawTensor {
+            name,
+            dims,
+            ty,
+            offset,
+        });
     }
 
     let file_len = buf.len() as u64;
@@ -232,10 +313,17 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
 
     let mut tensors = Vec::with_capacity(raw.len());
     for t in raw {
-        let overflow = |limit| GgufError::SizeOverflow { file: file.to_string(), tensor: t.name.clone(), dims: t.dims.clone(), limit };
+        let overflow = |limit| GgufError::SizeOverflow {
+            file: file.to_string(),
+            tensor: t.name.clone(),
+            dims: t.dims.clone(),
+            limit,
+        };
         let mut n_elements: u64 = 1;
         for &d in &t.dims {
-            n_elements = n_elements.checked_mul(d).ok_or_else(|| overflow("element count exceeds u64"))?;
+            n_elements = n_elements
+                .checked_mul(d)
+                .ok_or_else(|| overflow("element count exceeds u64"))?;
         }
         if n_elements > i64::MAX as u64 || t.dims.iter().any(|&d| d > i64::MAX as u64) {
             return Err(overflow("element count exceeds i64::MAX"));
@@ -243,14 +331,25 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         let row_len = t.dims.first().copied().unwrap_or(1);
         let block = t.ty.block_size();
         if row_len % block as u64 != 0 {
-            return Err(GgufError::RowNotBlockMultiple { file: file.to_string(), tensor: t.name, ty: t.ty.name(), row_len, block });
+            return Err(GgufError::RowNotBlockMultiple {
+                file: file.to_string(),
+                tensor: t.name,
+                ty: t.ty.name(),
+                row_len,
+                block,
+            });
         }
         let n_bytes = (n_elements / block as u64)
             .checked_mul(t.ty.type_size() as u64)
             .filter(|&b| b <= usize::MAX as u64 && b <= i64::MAX as u64)
             .ok_or_else(|| overflow("byte size exceeds usize"))?;
         if t.offset % alignment as u64 != 0 {
-            return Err(GgufError::MisalignedTensor { file: file.to_string(), tensor: t.name, offset: t.offset, alignment });
+            return Err(GgufError::MisalignedTensor {
+                file: file.to_string(),
+                tensor: t.name,
+                offset: t.offset,
+                alignment,
+            });
         }
         let start = data_offset.checked_add(t.offset);
         let end = start.and_then(|s| s.checked_add(n_bytes));
@@ -258,14 +357,28 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
             Some(end) if end <= file_len => {}
             _ => {
                 let start = u128::from(data_offset) + u128::from(t.offset);
-                return Err(GgufError::TensorOutOfBounds { file: file.to_string(), tensor: t.name, start, end: start + u128::from(n_bytes), file_len });
+                return Err(GgufError::TensorOutOfBounds {
+                    file: file.to_string(),
+                    tensor: t.name,
+                    start,
+                    end: start + u128::from(n_bytes),
+                    file_len,
+                });
             }
         }
-        tensors.push(TensorInfo { name: t.name, dims: t.dims, ty: t.ty, offset: data_offset + t.offset, n_bytes: n_bytes as usize });
+        tensors.push(TensorInfo {
+            name: t.name,
+            dims: t.dims,
+            ty: t.ty,
+            offset: data_offset + t.offset,
+            n_bytes: n_bytes as usize,
+        });
     }
 
     // Overlap check over non-empty tensors sorted by start.
-    let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].n_bytes > 0).collect();
+    let mut order: Vec<usize> = (0..tensors.len())
+        .filter(|&i| tensors[i].n_bytes > 0)
+        .collect();
     order.sort_by_key(|&i| (tensors[i].offset, i));
     for w in order.windows(2) {
         let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
@@ -283,5 +396,13 @@ pub(crate) fn parse(buf: &[u8], file: &str) -> Result<Parsed, GgufError> {
         }
     }
 
-    Ok(Parsed { version, alignment, metadata, key_index, tensors, tensor_index, data_offset })
+    Ok(Parsed {
+        version,
+        alignment,
+        metadata,
+        key_index,
+        tensors,
+        tensor_index,
+        data_offset,
+    })
 }

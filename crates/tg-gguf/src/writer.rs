@@ -51,7 +51,13 @@ impl Default for GgufWriter {
 impl GgufWriter {
     /// An empty GGUF v3 image with the default alignment (32).
     pub fn new() -> GgufWriter {
-        GgufWriter { version: 3, metadata: Vec::new(), tensors: Vec::new(), errors: Vec::new(), trailing: Vec::new() }
+        GgufWriter {
+            version: 3,
+            metadata: Vec::new(),
+            tensors: Vec::new(),
+            errors: Vec::new(),
+            trailing: Vec::new(),
+        }
     }
 
     /// Sets the version field written (the encoding is the same for 2 and 3; other values
@@ -63,10 +69,15 @@ impl GgufWriter {
 
     /// Sets `general.alignment` (replacing an existing entry).
     pub fn set_alignment(&mut self, alignment: u32) -> &mut Self {
-        if let Some(e) = self.metadata.iter_mut().find(|(k, _)| k == "general.alignment") {
+        if let Some(e) = self
+            .metadata
+            .iter_mut()
+            .find(|(k, _)| k == "general.alignment")
+        {
             e.1 = Value::U32(alignment);
         } else {
-            self.metadata.push(("general.alignment".into(), Value::U32(alignment)));
+            self.metadata
+                .push(("general.alignment".into(), Value::U32(alignment)));
         }
         self
     }
@@ -79,38 +90,84 @@ impl GgufWriter {
 
     /// Appends a tensor; `data.len()` must equal the byte size of `dims` in `ty` (checked
     /// when the image is built).
-    pub fn add_tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType, data: impl Into<Vec<u8>>) -> &mut Self {
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        ty: GgmlType,
+        data: impl Into<Vec<u8>>,
+    ) -> &mut Self {
         let name = name.into();
         let data = data.into();
         let n: Option<u64> = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-        let expected = n.and_then(|n| usize::try_from(n).ok()).and_then(|n| ty.row_bytes(n).ok());
+        let expected = n
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| ty.row_bytes(n).ok());
         let row_ok = !matches!(dims.first(), Some(&d) if d % ty.block_size() as u64 != 0);
         match expected {
             Some(e) if e == data.len() && row_ok => {}
-            _ => self.errors.push(format!("tensor {name:?}: {} bytes do not match dims {dims:?} of type {ty} (expected {expected:?})", data.len())),
+            _ => self.errors.push(format!(
+                "tensor {name:?}: {} bytes do not match dims {dims:?} of type {ty} (expected {expected:?})",
+                data.len()
+            )),
         }
-        self.tensors.push(PendingTensor { name, dims: dims.to_vec(), type_id: ty as u32, data, offset: None });
+        self.tensors.push(PendingTensor {
+            name,
+            dims: dims.to_vec(),
+            type_id: ty as u32,
+            data,
+            offset: None,
+        });
         self
     }
 
     /// Appends an F32 tensor from values.
-    pub fn add_f32_tensor(&mut self, name: impl Into<String>, dims: &[u64], values: &[f32]) -> &mut Self {
+    pub fn add_f32_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        values: &[f32],
+    ) -> &mut Self {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, dims, GgmlType::F32, bytes)
     }
 
     /// Appends a tensor table entry without any validation: any type id, any dims, any
     /// data. For negative tests of the reader.
-    pub fn add_tensor_unchecked(&mut self, name: impl Into<String>, dims: &[u64], type_id: u32, data: Vec<u8>) -> &mut Self {
-        self.tensors.push(PendingTensor { name: name.into(), dims: dims.to_vec(), type_id, data, offset: None });
+    pub fn add_tensor_unchecked(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        type_id: u32,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            type_id,
+            data,
+            offset: None,
+        });
         self
     }
 
     /// Appends a tensor table entry with an explicit offset (relative to the data section)
     /// and no data of its own; provide the data section with
     /// [`append_raw_data`](Self::append_raw_data). For negative tests of the reader.
-    pub fn add_tensor_entry(&mut self, name: impl Into<String>, dims: &[u64], type_id: u32, offset: u64) -> &mut Self {
-        self.tensors.push(PendingTensor { name: name.into(), dims: dims.to_vec(), type_id, data: Vec::new(), offset: Some(offset) });
+    pub fn add_tensor_entry(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        type_id: u32,
+        offset: u64,
+    ) -> &mut Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            type_id,
+            data: Vec::new(),
+            offset: Some(offset),
+        });
         self
     }
 
@@ -121,11 +178,18 @@ impl GgufWriter {
     }
 
     fn alignment(&self) -> Result<usize, GgufError> {
-        match self.metadata.iter().rev().find(|(k, _)| k == "general.alignment") {
+        match self
+            .metadata
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "general.alignment")
+        {
             None => Ok(DEFAULT_ALIGNMENT),
             Some((_, v)) => match v.as_u32() {
                 Some(a) if a.is_power_of_two() => Ok(a as usize),
-                _ => Err(GgufError::Writer { reason: format!("general.alignment {} is not a power of two", v.describe()) }),
+                _ => Err(GgufError::Writer {
+                    reason: format!("general.alignment {} is not a power of two", v.describe()),
+                }),
             },
         }
     }
@@ -179,7 +243,10 @@ impl GgufWriter {
     /// Encodes the image and writes it to `path`.
     pub fn write_to(&self, path: impl AsRef<Path>) -> Result<(), GgufError> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()?).map_err(|source| GgufError::Io { file: path.display().to_string(), source })
+        std::fs::write(path, self.to_bytes()?).map_err(|source| GgufError::Io {
+            file: path.display().to_string(),
+            source,
+        })
     }
 }
 
@@ -211,7 +278,13 @@ fn put_value(out: &mut Vec<u8>, key: &str, v: &Value) -> Result<(), GgufError> {
             // An empty array is written with element type u8.
             let elem = items.first().map_or(type_id::U8, Value::type_id);
             if let Some(bad) = items.iter().find(|e| e.type_id() != elem) {
-                return Err(GgufError::Writer { reason: format!("metadata {key:?}: mixed array element types ({} and {})", items[0].type_name(), bad.type_name()) });
+                return Err(GgufError::Writer {
+                    reason: format!(
+                        "metadata {key:?}: mixed array element types ({} and {})",
+                        items[0].type_name(),
+                        bad.type_name()
+                    ),
+                });
             }
             out.extend_from_slice(&elem.to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());

@@ -10,7 +10,10 @@ use tg_gguf::GgufFile;
 fn crasher_files_do_not_panic() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/crashers");
     let mut n = 0;
-    let mut entries: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     entries.sort();
     for path in entries {
         if path.extension().and_then(|e| e.to_str()) != Some("gguf") {
@@ -21,7 +24,10 @@ fn crasher_files_do_not_panic() {
         let r = std::panic::catch_unwind(|| GgufFile::from_bytes(bytes.clone()).map(|_| ()));
         match r {
             Err(_) => panic!("{name}: parser panicked"),
-            Ok(Ok(())) => assert!(name.starts_with("ok-"), "{name}: expected an error, parsed fine"),
+            Ok(Ok(())) => assert!(
+                name.starts_with("ok-"),
+                "{name}: expected an error, parsed fine"
+            ),
             Ok(Err(e)) => {
                 assert!(!name.starts_with("ok-"), "{name}: {e}");
                 println!("{name}: {e}");

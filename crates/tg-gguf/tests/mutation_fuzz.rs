@@ -38,16 +38,35 @@ fn synthetic_seeds() -> Vec<(String, Vec<u8>)> {
         .add("str", "héllo")
         .add("arr", Value::from(vec![1i32, 2, 3]))
         .add("strs", Value::from(vec!["a", "bc", ""]))
-        .add("nested", Value::Array(vec![Value::from(vec![1u8]), Value::from(vec![2u8, 3])]));
-    for (i, ty) in [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K].into_iter().enumerate() {
+        .add(
+            "nested",
+            Value::Array(vec![Value::from(vec![1u8]), Value::from(vec![2u8, 3])]),
+        );
+    for (i, ty) in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let n = ty.block_size() * 2;
-        w.add_tensor(format!("t{i}.{ty}"), &[ty.block_size() as u64, 2], ty, tg_quant::random_blocks(ty, n, i as u64));
+        w.add_tensor(
+            format!("t{i}.{ty}"),
+            &[ty.block_size() as u64, 2],
+            ty,
+            tg_quant::random_blocks(ty, n, i as u64),
+        );
     }
     seeds.push(("synthetic-all-types".to_string(), w.to_bytes().unwrap()));
 
     let mut w = GgufWriter::new();
     w.set_version(2).set_alignment(64);
-    w.add_f32_tensor("a", &[3], &[1.0, 2.0, 3.0]).add_f32_tensor("b", &[1, 1, 1, 1], &[4.0]);
+    w.add_f32_tensor("a", &[3], &[1.0, 2.0, 3.0])
+        .add_f32_tensor("b", &[1, 1, 1, 1], &[4.0]);
     w.add_tensor("s", &[], GgmlType::F32, 1f32.to_le_bytes().to_vec());
     seeds.push(("synthetic-v2-align64".to_string(), w.to_bytes().unwrap()));
 
@@ -71,13 +90,33 @@ fn condensed_real(f: &GgufFile) -> Vec<u8> {
         let mut dims = vec![t.ty.block_size() as u64];
         dims.extend(t.dims.iter().skip(1).map(|&d| d.min(2)));
         let n: u64 = dims.iter().product();
-        w.add_tensor(t.name.clone(), &dims, t.ty, tg_quant::random_blocks(t.ty, n as usize, i as u64));
+        w.add_tensor(
+            t.name.clone(),
+            &dims,
+            t.ty,
+            tg_quant::random_blocks(t.ty, n as usize, i as u64),
+        );
     }
     w.to_bytes().unwrap()
 }
 
 const INTERESTING_U8: [u8; 9] = [0, 1, 2, 0x7f, 0x80, 0xff, 0xfe, 9, 12];
-const INTERESTING_U64: [u64; 14] = [0, 1, 2, 3, 4, 5, 32, 0x7f, 0xffff, 0xffff_ffff, 0x1_0000_0000, i64::MAX as u64, 1 << 63, u64::MAX];
+const INTERESTING_U64: [u64; 14] = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    32,
+    0x7f,
+    0xffff,
+    0xffff_ffff,
+    0x1_0000_0000,
+    i64::MAX as u64,
+    1 << 63,
+    u64::MAX,
+];
 
 /// Applies one random mutation, returning a description.
 fn mutate(rng: &mut ChaCha8Rng, b: &mut Vec<u8>) -> String {
@@ -87,7 +126,11 @@ fn mutate(rng: &mut ChaCha8Rng, b: &mut Vec<u8>) -> String {
     }
     let len = b.len();
     // Bias positions toward the start (header and tables) half the time.
-    let pos = if rng.gen::<bool>() { rng.gen_range(0..len.min(256)) } else { rng.gen_range(0..len) };
+    let pos = if rng.gen::<bool>() {
+        rng.gen_range(0..len.min(256))
+    } else {
+        rng.gen_range(0..len)
+    };
     match rng.gen_range(0..10) {
         0 => {
             let bit = rng.gen_range(0..8);
@@ -176,7 +219,14 @@ fn exercise(input: &[u8]) -> bool {
     }
     let f = GgufFile::from_bytes(input.to_vec()).expect("validate and from_bytes disagree");
     for (k, _) in f.metadata() {
-        let _ = (f.get_u32(k), f.get_f32(k), f.get_str(k), f.get_str_array(k), f.get_i32_array(k), f.get_bool(k));
+        let _ = (
+            f.get_u32(k),
+            f.get_f32(k),
+            f.get_str(k),
+            f.get_str_array(k),
+            f.get_i32_array(k),
+            f.get_bool(k),
+        );
     }
     for t in f.tensors() {
         let bytes = f.tensor_bytes(t);
@@ -203,7 +253,8 @@ fn run(name: &str, seed_bytes: &[u8], iters: u64, base_seed: u64, stats: &mut (u
                 stats.1 += u64::from(ok);
             }
             Err(_) => {
-                let out = std::env::temp_dir().join(format!("gguf-crasher-{name}-{iter_seed:016x}.gguf"));
+                let out =
+                    std::env::temp_dir().join(format!("gguf-crasher-{name}-{iter_seed:016x}.gguf"));
                 let _ = std::fs::write(&out, &input);
                 panic!(
                     "PANIC on seed {name:?}, base seed {base_seed:#x}, iteration {i} (iter seed {iter_seed:#x}), \
@@ -217,20 +268,36 @@ fn run(name: &str, seed_bytes: &[u8], iters: u64, base_seed: u64, stats: &mut (u
 
 #[test]
 fn mutated_inputs_never_panic() {
-    let iters: u64 = std::env::var("TG_FUZZ_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let real_iters: u64 = std::env::var("TG_FUZZ_REAL_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
-    let base_seed: u64 = std::env::var("TG_FUZZ_SEED").ok().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()).unwrap_or(0x6767_5546_0000_0001);
-    println!("mutation fuzz: base seed {base_seed:#x} (TG_FUZZ_SEED to change), {iters} iterations");
+    let iters: u64 = std::env::var("TG_FUZZ_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
+    let real_iters: u64 = std::env::var("TG_FUZZ_REAL_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let base_seed: u64 = std::env::var("TG_FUZZ_SEED")
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0x6767_5546_0000_0001);
+    println!(
+        "mutation fuzz: base seed {base_seed:#x} (TG_FUZZ_SEED to change), {iters} iterations"
+    );
 
     let mut seeds = synthetic_seeds();
     let mut real_header = None;
-    let path = std::env::var_os("TG_MODEL").map(Into::into).unwrap_or_else(common::default_model_path);
+    let path = std::env::var_os("TG_MODEL")
+        .map(Into::into)
+        .unwrap_or_else(common::default_model_path);
     if path.is_file() {
         let f = GgufFile::open(&path).unwrap();
         seeds.push(("condensed-real".to_string(), condensed_real(&f)));
         real_header = Some(f.bytes()[..f.data_offset() as usize].to_vec());
     } else {
-        println!("model not found at {}: synthetic seeds only", path.display());
+        println!(
+            "model not found at {}: synthetic seeds only",
+            path.display()
+        );
     }
     for (name, s) in &seeds {
         assert!(exercise(s), "seed {name} must be valid");
@@ -247,17 +314,32 @@ fn mutated_inputs_never_panic() {
     let mut stats = (0u64, 0u64);
     let per_seed = iters.div_ceil(seeds.len() as u64);
     for (k, (name, s)) in seeds.iter().enumerate() {
-        run(name, s, per_seed, base_seed.wrapping_add(k as u64), &mut stats);
+        run(
+            name,
+            s,
+            per_seed,
+            base_seed.wrapping_add(k as u64),
+            &mut stats,
+        );
     }
     if let Some(h) = &real_header {
-        run("real-header", h, real_iters, base_seed.wrapping_add(1000), &mut stats);
+        run(
+            "real-header",
+            h,
+            real_iters,
+            base_seed.wrapping_add(1000),
+            &mut stats,
+        );
     }
     println!(
         "mutation fuzz: {} inputs parsed ({} still valid) in {:?}, no panic; seeds: {:?}",
         stats.0,
         stats.1,
         t0.elapsed(),
-        seeds.iter().map(|(n, s)| format!("{n} ({} B)", s.len())).collect::<Vec<_>>()
+        seeds
+            .iter()
+            .map(|(n, s)| format!("{n} ({} B)", s.len()))
+            .collect::<Vec<_>>()
     );
     assert!(stats.0 >= iters);
 }

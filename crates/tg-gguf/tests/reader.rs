@@ -9,9 +9,17 @@ fn parse(w: &GgufWriter) -> Result<GgufFile, GgufError> {
 
 fn small_valid() -> GgufWriter {
     let mut w = GgufWriter::new();
-    w.add("general.architecture", "toy").add("toy.count", 7u32).add("toy.flag", true).add("toy.names", vec!["a", "bb", "ccc"]);
+    w.add("general.architecture", "toy")
+        .add("toy.count", 7u32)
+        .add("toy.flag", true)
+        .add("toy.names", vec!["a", "bb", "ccc"]);
     w.add_f32_tensor("a", &[4, 2], &[1., 2., 3., 4., 5., 6., 7., 8.]);
-    w.add_tensor("q", &[64, 3], GgmlType::Q8_0, tg_quant::random_blocks(GgmlType::Q8_0, 192, 1));
+    w.add_tensor(
+        "q",
+        &[64, 3],
+        GgmlType::Q8_0,
+        tg_quant::random_blocks(GgmlType::Q8_0, 192, 1),
+    );
     w
 }
 
@@ -34,7 +42,10 @@ fn roundtrip_all_value_types_and_tensors() {
         ("empty_str", Value::String(String::new())),
         ("arr_i32", Value::from(vec![1i32, -2, 3])),
         ("arr_empty", Value::Array(vec![])),
-        ("arr_nested", Value::Array(vec![Value::from(vec![1u8, 2]), Value::from(vec![3u8])])),
+        (
+            "arr_nested",
+            Value::Array(vec![Value::from(vec![1u8, 2]), Value::from(vec![3u8])]),
+        ),
         ("arr_str", Value::from(vec!["x", "", "zz"])),
     ];
     for (k, v) in &vals {
@@ -42,8 +53,18 @@ fn roundtrip_all_value_types_and_tensors() {
     }
     let data: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
     w.add_f32_tensor("t.f32", &[3, 2], &data);
-    w.add_tensor("t.q4k", &[256, 2], GgmlType::Q4_K, tg_quant::random_blocks(GgmlType::Q4_K, 512, 9));
-    w.add_tensor("t.scalar", &[], GgmlType::F32, 2.5f32.to_le_bytes().to_vec());
+    w.add_tensor(
+        "t.q4k",
+        &[256, 2],
+        GgmlType::Q4_K,
+        tg_quant::random_blocks(GgmlType::Q4_K, 512, 9),
+    );
+    w.add_tensor(
+        "t.scalar",
+        &[],
+        GgmlType::F32,
+        2.5f32.to_le_bytes().to_vec(),
+    );
     w.add_tensor("t.empty", &[0, 5], GgmlType::F16, vec![]);
     w.add_tensor("t.4d", &[2, 1, 3, 1], GgmlType::I8, vec![1, 2, 3, 4, 5, 6]);
     let f = parse(&w).unwrap();
@@ -59,16 +80,29 @@ fn roundtrip_all_value_types_and_tensors() {
     assert_eq!(t.shape_row_major(), vec![2, 3]);
     assert_eq!(f.dequantize("t.f32").unwrap(), data);
     let q = f.tensor("t.q4k").unwrap();
-    assert_eq!(f.tensor_bytes(q), tg_quant::random_blocks(GgmlType::Q4_K, 512, 9).as_slice());
+    assert_eq!(
+        f.tensor_bytes(q),
+        tg_quant::random_blocks(GgmlType::Q4_K, 512, 9).as_slice()
+    );
     assert_eq!(q.offset % 32, 0);
-    assert_eq!(f.tensor_bytes(q).as_ptr() as usize % 32, 0, "owned storage keeps tensor data aligned");
+    assert_eq!(
+        f.tensor_bytes(q).as_ptr() as usize % 32,
+        0,
+        "owned storage keeps tensor data aligned"
+    );
     let s = f.tensor("t.scalar").unwrap();
     assert_eq!((s.n_elements(), s.row_len(), s.n_rows()), (1, 1, 1));
     assert_eq!(f.dequantize("t.scalar").unwrap(), vec![2.5]);
     let e = f.tensor("t.empty").unwrap();
     assert_eq!((e.n_elements(), e.n_bytes), (0, 0));
     assert_eq!(f.tensor("t.4d").unwrap().n_rows(), 3);
-    assert_eq!(f.tensors().iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["t.f32", "t.q4k", "t.scalar", "t.empty", "t.4d"]);
+    assert_eq!(
+        f.tensors()
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["t.f32", "t.q4k", "t.scalar", "t.empty", "t.4d"]
+    );
 }
 
 #[test]
@@ -109,8 +143,13 @@ fn getters_accept_fitting_integer_widths_and_reject_others() {
     wrong(f.get_str_array("ints").map(|_| ()), "ints");
     wrong(f.get_f32_array("s").map(|_| ()), "s");
     let msg = f.get_u32("big").unwrap_err().to_string();
-    assert!(msg.contains("u64 5000000000") && msg.contains("<memory>"), "{msg}");
-    assert!(matches!(f.get_u32("missing"), Err(GgufError::MissingKey { key, .. }) if key == "missing"));
+    assert!(
+        msg.contains("u64 5000000000") && msg.contains("<memory>"),
+        "{msg}"
+    );
+    assert!(
+        matches!(f.get_u32("missing"), Err(GgufError::MissingKey { key, .. }) if key == "missing")
+    );
     assert!(matches!(f.tensor("zz"), Err(GgufError::MissingTensor { name, .. }) if name == "zz"));
 }
 
@@ -134,8 +173,15 @@ fn open_from_disk_and_io_error() {
     small_valid().write_to(&p).unwrap();
     let f = GgufFile::open(&p).unwrap();
     assert_eq!(f.path(), Some(p.as_path()));
-    assert_eq!(f.get_str_array("toy.names").unwrap(), vec!["a", "bb", "ccc"]);
-    assert_eq!(f.bytes().as_ptr() as usize % 4096, 0, "mmap is page aligned");
+    assert_eq!(
+        f.get_str_array("toy.names").unwrap(),
+        vec!["a", "bb", "ccc"]
+    );
+    assert_eq!(
+        f.bytes().as_ptr() as usize % 4096,
+        0,
+        "mmap is page aligned"
+    );
     let missing = dir.join("missing.gguf");
     let err = GgufFile::open(&missing).unwrap_err();
     assert!(matches!(err, GgufError::Io { .. }));
@@ -156,7 +202,12 @@ fn every_truncation_is_an_error() {
         let r = GgufFile::from_bytes(bytes[..n].to_vec());
         // Padding after the last tensor is not required, so only cuts inside real data fail.
         let last = GgufFile::from_bytes(bytes.clone()).unwrap();
-        let needed = last.tensors().iter().map(|t| t.offset as usize + t.n_bytes).max().unwrap();
+        let needed = last
+            .tensors()
+            .iter()
+            .map(|t| t.offset as usize + t.n_bytes)
+            .max()
+            .unwrap();
         if n < needed {
             assert!(r.is_err(), "truncation at {n} accepted");
         }
@@ -165,7 +216,13 @@ fn every_truncation_is_an_error() {
     // "toy.count" (8 + 9 bytes), cut 5 bytes into its text.
     let err = GgufFile::from_bytes(bytes[..80].to_vec()).unwrap_err();
     match &err {
-        GgufError::Truncated { offset, what, needed, available, .. } => {
+        GgufError::Truncated {
+            offset,
+            what,
+            needed,
+            available,
+            ..
+        } => {
             assert_eq!((*offset, *needed, *available), (75, 9, 5), "{err}");
             assert!(what.contains("metadata key #1"), "{what}");
         }
@@ -180,14 +237,25 @@ fn bad_magic_and_versions() {
     let err = GgufFile::from_bytes(b.clone()).unwrap_err();
     assert!(matches!(err, GgufError::BadMagic { magic, .. } if &magic == b"GGML"));
     assert!(err.to_string().contains("GGML"), "{err}");
-    for (v, hint) in [(1u32, "v1"), (4, ""), (0x0300_0000, "big-endian"), (u32::MAX, "")] {
+    for (v, hint) in [
+        (1u32, "v1"),
+        (4, ""),
+        (0x0300_0000, "big-endian"),
+        (u32::MAX, ""),
+    ] {
         let mut b = small_valid().to_bytes().unwrap();
         b[4..8].copy_from_slice(&v.to_le_bytes());
         let err = GgufFile::from_bytes(b).unwrap_err();
-        assert!(matches!(err, GgufError::UnsupportedVersion { version, .. } if version == v), "{err:?}");
+        assert!(
+            matches!(err, GgufError::UnsupportedVersion { version, .. } if version == v),
+            "{err:?}"
+        );
         assert!(err.to_string().contains(hint), "{err}");
     }
-    assert!(matches!(GgufFile::from_bytes(vec![]), Err(GgufError::Truncated { .. })));
+    assert!(matches!(
+        GgufFile::from_bytes(vec![]),
+        Err(GgufError::Truncated { .. })
+    ));
 }
 
 #[test]
@@ -199,9 +267,18 @@ fn tensor_errors() {
     b.truncate(q.offset as usize + q.n_bytes - 1);
     let err = GgufFile::from_bytes(b).unwrap_err();
     match &err {
-        GgufError::TensorOutOfBounds { tensor, start, end, file_len, .. } => {
+        GgufError::TensorOutOfBounds {
+            tensor,
+            start,
+            end,
+            file_len,
+            ..
+        } => {
             assert_eq!(tensor, "q");
-            assert_eq!((*start, *end), (q.offset as u128, (q.offset + q.n_bytes as u64) as u128));
+            assert_eq!(
+                (*start, *end),
+                (q.offset as u128, (q.offset + q.n_bytes as u64) as u128)
+            );
             assert_eq!(*file_len as u128, *end - 1);
         }
         e => panic!("{e:?}"),
@@ -216,30 +293,74 @@ fn tensor_errors() {
     let err = one(&|w| {
         w.add_tensor_unchecked("old", &[32], 4, vec![0; 20]);
     });
-    assert!(matches!(&err, GgufError::UnknownGgmlType { tensor, type_id: 4, .. } if tensor == "old"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::UnknownGgmlType { tensor, type_id: 4, .. } if tensor == "old"),
+        "{err:?}"
+    );
     let err = one(&|w| {
         w.add_tensor_unchecked("five", &[1, 1, 1, 1, 1], 0, vec![0; 4]);
     });
-    assert!(matches!(&err, GgufError::TooManyDims { tensor, n_dims: 5, max: 4, .. } if tensor == "five"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::TooManyDims { tensor, n_dims: 5, max: 4, .. } if tensor == "five"),
+        "{err:?}"
+    );
     let err = one(&|w| {
         w.add_tensor_unchecked("odd", &[30, 2], GgmlType::Q4_0 as u32, vec![0; 64]);
     });
-    assert!(matches!(&err, GgufError::RowNotBlockMultiple { row_len: 30, block: 32, .. }), "{err:?}");
-    for dims in [&[1u64 << 32, 1 << 32, 2][..], &[1 << 63, 2], &[u64::MAX], &[1 << 62, 1 << 1]] {
+    assert!(
+        matches!(
+            &err,
+            GgufError::RowNotBlockMultiple {
+                row_len: 30,
+                block: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    for dims in [
+        &[1u64 << 32, 1 << 32, 2][..],
+        &[1 << 63, 2],
+        &[u64::MAX],
+        &[1 << 62, 1 << 1],
+    ] {
         let err = one(&|w| {
             w.add_tensor_unchecked("huge", dims, 0, vec![]);
         });
-        assert!(matches!(&err, GgufError::SizeOverflow { tensor, .. } if tensor == "huge"), "{dims:?}: {err:?}");
+        assert!(
+            matches!(&err, GgufError::SizeOverflow { tensor, .. } if tensor == "huge"),
+            "{dims:?}: {err:?}"
+        );
     }
     let err = one(&|w| {
-        w.add_tensor_entry("mis", &[4], 0, 16).append_raw_data(&[0; 64]);
+        w.add_tensor_entry("mis", &[4], 0, 16)
+            .append_raw_data(&[0; 64]);
     });
-    assert!(matches!(&err, GgufError::MisalignedTensor { offset: 16, alignment: 32, .. }), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            GgufError::MisalignedTensor {
+                offset: 16,
+                alignment: 32,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let err = one(&|w| {
-        w.add_tensor_entry("a", &[16], 0, 0).add_tensor_entry("b", &[4], 0, 32).append_raw_data(&[0; 128]);
+        w.add_tensor_entry("a", &[16], 0, 0)
+            .add_tensor_entry("b", &[4], 0, 32)
+            .append_raw_data(&[0; 128]);
     });
     match &err {
-        GgufError::OverlappingTensors { first, second, first_start, first_end, second_start, .. } => {
+        GgufError::OverlappingTensors {
+            first,
+            second,
+            first_start,
+            first_end,
+            second_start,
+            ..
+        } => {
             assert_eq!((first.as_str(), second.as_str()), ("a", "b"));
             assert_eq!(first_end - first_start, 64);
             assert_eq!(second_start - first_start, 32);
@@ -248,16 +369,26 @@ fn tensor_errors() {
     }
     // Adjacent (touching) tensors and empty tensors at the same offset are fine.
     let mut w = GgufWriter::new();
-    w.add_tensor_entry("a", &[8], 0, 0).add_tensor_entry("b", &[8], 0, 32).add_tensor_entry("e", &[0], 0, 32).append_raw_data(&[0; 64]);
+    w.add_tensor_entry("a", &[8], 0, 0)
+        .add_tensor_entry("b", &[8], 0, 32)
+        .add_tensor_entry("e", &[0], 0, 32)
+        .append_raw_data(&[0; 64]);
     parse(&w).unwrap();
     let err = one(&|w| {
-        w.add_f32_tensor("dup", &[1], &[1.0]).add_f32_tensor("dup", &[1], &[2.0]);
+        w.add_f32_tensor("dup", &[1], &[1.0])
+            .add_f32_tensor("dup", &[1], &[2.0]);
     });
-    assert!(matches!(&err, GgufError::DuplicateTensor { name, .. } if name == "dup"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::DuplicateTensor { name, .. } if name == "dup"),
+        "{err:?}"
+    );
     let err = one(&|w| {
         w.add_tensor_entry("far", &[8], 0, u64::MAX - 31);
     });
-    assert!(matches!(&err, GgufError::TensorOutOfBounds { .. }), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::TensorOutOfBounds { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -265,9 +396,17 @@ fn metadata_errors() {
     let mut w = GgufWriter::new();
     w.add("dup", 1u32).add("x", 2u32).add("dup", 3u32);
     let err = parse(&w).unwrap_err();
-    assert!(matches!(&err, GgufError::DuplicateKey { key, .. } if key == "dup"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::DuplicateKey { key, .. } if key == "dup"),
+        "{err:?}"
+    );
 
-    for bad in [Value::U32(0), Value::U32(48), Value::String("32".into()), Value::I32(-32)] {
+    for bad in [
+        Value::U32(0),
+        Value::U32(48),
+        Value::String("32".into()),
+        Value::I32(-32),
+    ] {
         let mut w = GgufWriter::new();
         w.add("general.alignment", bad.clone());
         let b = {
@@ -279,7 +418,10 @@ fn metadata_errors() {
                 let mut b = w2.to_bytes().unwrap();
                 let n = b.len();
                 // value is the last 4 bytes of the header before padding: find it
-                let pos = (0..n - 3).rev().find(|&i| b[i..i + 4] == 32u32.to_le_bytes()).unwrap();
+                let pos = (0..n - 3)
+                    .rev()
+                    .find(|&i| b[i..i + 4] == 32u32.to_le_bytes())
+                    .unwrap();
                 b[pos..pos + 4].copy_from_slice(&v.to_le_bytes());
                 b
             } else {
@@ -287,7 +429,10 @@ fn metadata_errors() {
             }
         };
         let err = GgufFile::from_bytes(b).unwrap_err();
-        assert!(matches!(err, GgufError::BadAlignment { .. }), "{bad:?}: {err:?}");
+        assert!(
+            matches!(err, GgufError::BadAlignment { .. }),
+            "{bad:?}: {err:?}"
+        );
     }
 
     // Hand-built single-KV files for value-level errors.
@@ -305,29 +450,54 @@ fn metadata_errors() {
     };
     assert!(kv(b"ok", type_id::BOOL, &[1]).is_ok());
     let err = kv(b"flag", type_id::BOOL, &[2]).unwrap_err();
-    assert!(matches!(&err, GgufError::InvalidBool { key, byte: 2, .. } if key == "flag"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::InvalidBool { key, byte: 2, .. } if key == "flag"),
+        "{err:?}"
+    );
     let err = kv(b"\xff\xfe", type_id::U8, &[0]).unwrap_err();
     assert!(matches!(&err, GgufError::InvalidUtf8 { .. }), "{err:?}");
     let mut s = 2u64.to_le_bytes().to_vec();
     s.extend_from_slice(b"\xc3\x28");
     let err = kv(b"s", type_id::STRING, &s).unwrap_err();
-    assert!(matches!(&err, GgufError::InvalidUtf8 { what, .. } if what.contains("\"s\"")), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::InvalidUtf8 { what, .. } if what.contains("\"s\"")),
+        "{err:?}"
+    );
     let err = kv(b"t", 13, &[0; 8]).unwrap_err();
-    assert!(matches!(&err, GgufError::UnknownValueType { type_id: 13, .. }), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::UnknownValueType { type_id: 13, .. }),
+        "{err:?}"
+    );
     // absurd string length
     let err = kv(b"s", type_id::STRING, &u64::MAX.to_le_bytes()).unwrap_err();
-    assert!(matches!(&err, GgufError::Truncated { needed: u64::MAX, available: 0, .. }), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            GgufError::Truncated {
+                needed: u64::MAX,
+                available: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     // absurd array count (each u32 needs 4 bytes; 3 bytes of payload left)
     let mut a = type_id::U32.to_le_bytes().to_vec();
     a.extend_from_slice(&(1u64 << 40).to_le_bytes());
     a.extend_from_slice(&[0; 3]);
     let err = kv(b"a", type_id::ARRAY, &a).unwrap_err();
-    assert!(matches!(&err, GgufError::ImplausibleLength { count, needed, available: 3, .. } if *count == 1 << 40 && *needed == 1 << 42), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::ImplausibleLength { count, needed, available: 3, .. } if *count == 1 << 40 && *needed == 1 << 42),
+        "{err:?}"
+    );
     // array with unknown element type
     let mut a = 99u32.to_le_bytes().to_vec();
     a.extend_from_slice(&1u64.to_le_bytes());
     let err = kv(b"a", type_id::ARRAY, &a).unwrap_err();
-    assert!(matches!(&err, GgufError::UnknownValueType { type_id: 99, .. }), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::UnknownValueType { type_id: 99, .. }),
+        "{err:?}"
+    );
     // deep nesting: array of array of ... (each level: type ARRAY, count 1)
     let mut a = Vec::new();
     for _ in 0..100 {
@@ -337,7 +507,10 @@ fn metadata_errors() {
     a.extend_from_slice(&type_id::U8.to_le_bytes());
     a.extend_from_slice(&0u64.to_le_bytes());
     let err = kv(b"deep", type_id::ARRAY, &a).unwrap_err();
-    assert!(matches!(&err, GgufError::NestingTooDeep { limit: 8, .. }), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::NestingTooDeep { limit: 8, .. }),
+        "{err:?}"
+    );
 
     // absurd counts in the header
     let mut b = b"GGUF".to_vec();
@@ -345,11 +518,17 @@ fn metadata_errors() {
     b.extend_from_slice(&u64::MAX.to_le_bytes());
     b.extend_from_slice(&0u64.to_le_bytes());
     let err = GgufFile::from_bytes(b.clone()).unwrap_err();
-    assert!(matches!(&err, GgufError::ImplausibleLength { what, .. } if what == "tensor count"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::ImplausibleLength { what, .. } if what == "tensor count"),
+        "{err:?}"
+    );
     b[16..24].copy_from_slice(&(1u64 << 50).to_le_bytes());
     b[8..16].copy_from_slice(&0u64.to_le_bytes());
     let err = GgufFile::from_bytes(b).unwrap_err();
-    assert!(matches!(&err, GgufError::ImplausibleLength { what, .. } if what == "metadata count"), "{err:?}");
+    assert!(
+        matches!(&err, GgufError::ImplausibleLength { what, .. } if what == "metadata count"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -365,6 +544,12 @@ fn writer_rejects_inconsistent_input() {
 #[test]
 fn foreign_tensor_info_gives_empty_slice() {
     let f = small_valid().build().unwrap();
-    let foreign = TensorInfo { name: "x".into(), dims: vec![1 << 40], ty: GgmlType::F32, offset: u64::MAX - 3, n_bytes: usize::MAX };
+    let foreign = TensorInfo {
+        name: "x".into(),
+        dims: vec![1 << 40],
+        ty: GgmlType::F32,
+        offset: u64::MAX - 3,
+        n_bytes: usize::MAX,
+    };
     assert!(f.tensor_bytes(&foreign).is_empty());
 }

@@ -10,15 +10,29 @@
 
 use std::time::Instant;
 
-use tg_kernels::{binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with, unary_f32_with, BinaryOp, Isa, ReduceOp, UnaryOp};
+use tg_kernels::{
+    binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with,
+    unary_f32_with, BinaryOp, Isa, ReduceOp, UnaryOp,
+};
 
 /// Elements per call.
 const N: usize = 1 << 18;
 /// Row length for the broadcast and reduction shapes (`N / ROW` rows).
 const ROW: usize = 1024;
 
-const UNARY: [UnaryOp; 11] =
-    [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Sqrt, UnaryOp::Recip, UnaryOp::Rsqrt, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Log, UnaryOp::Sin, UnaryOp::Cos];
+const UNARY: [UnaryOp; 11] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Square,
+    UnaryOp::Sqrt,
+    UnaryOp::Recip,
+    UnaryOp::Rsqrt,
+    UnaryOp::Exp,
+    UnaryOp::Tanh,
+    UnaryOp::Log,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+];
 const BINARY: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
 const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean];
 
@@ -101,8 +115,12 @@ fn main() {
     }
     for op in BINARY {
         row(format!("binary {op:?} same"), &mut |isa| binary_f32_with(isa, op, &a, &b, &mut out).expect("binary"));
-        row(format!("binary {op:?} row{ROW}"), &mut |isa| binary_row_broadcast_with(isa, op, &a, &b_row, &mut out).expect("row broadcast"));
-        row(format!("binary {op:?} col{ROW}"), &mut |isa| binary_col_broadcast_with(isa, op, &a, &b_col, &mut out).expect("col broadcast"));
+        row(format!("binary {op:?} row{ROW}"), &mut |isa| {
+            binary_row_broadcast_with(isa, op, &a, &b_row, &mut out).expect("row broadcast")
+        });
+        row(format!("binary {op:?} col{ROW}"), &mut |isa| {
+            binary_col_broadcast_with(isa, op, &a, &b_col, &mut out).expect("col broadcast")
+        });
     }
     for op in REDUCE {
         row(format!("reduce {op:?} n{ROW}"), &mut |isa| reduce_rows_f32_with(isa, op, &a, ROW, &mut red).expect("reduce"));
@@ -119,7 +137,9 @@ fn main() {
     ];
     for (name, shape, strides) in copies {
         print!("{name:<22}");
-        let (w, c) = pool.install(|| ns_per_elem(min_s, || copy_strided_f32(&a, &shape, &strides, 0, &mut out).expect("copy")));
+        let (w, c) = pool.install(|| {
+            ns_per_elem(min_s, || copy_strided_f32(&a, &shape, &strides, 0, &mut out).expect("copy"))
+        });
         println!(" | {w:>8.3} {c:>8.3}   (no ISA variants)");
     }
 }

@@ -16,8 +16,9 @@
 use std::time::Instant;
 
 use tg_kernels::{
-    add_rms_norm, attention, binary_col_broadcast, binary_f32, binary_row_broadcast, copy_strided_f32, gated_gelu_tanh, gelu_tanh, matmul_f32, reduce_rows_f32, rms_norm,
-    rms_norm_rope_neox, rope_neox, softmax_rows, unary_f32, BinaryOp, MatView, ReduceOp, UnaryOp,
+    add_rms_norm, attention, binary_col_broadcast, binary_f32, binary_row_broadcast, copy_strided_f32, gated_gelu_tanh,
+    gelu_tanh, matmul_f32, reduce_rows_f32, rms_norm, rms_norm_rope_neox, rope_neox, softmax_rows, unary_f32, BinaryOp,
+    MatView, ReduceOp, UnaryOp,
 };
 
 const N_EMBD: usize = 640;
@@ -105,7 +106,16 @@ impl Bench {
 
 /// `x · rsqrt(mean(x²) + eps) · w` as six primitive calls (`sq`, `ms`, `inv` are scratch).
 #[allow(clippy::too_many_arguments)]
-fn rms_chain(x: &[f32], w: &[f32], eps_rows: &[f32], sq: &mut [f32], ms: &mut [f32], inv: &mut [f32], y: &mut [f32], out: &mut [f32]) {
+fn rms_chain(
+    x: &[f32],
+    w: &[f32],
+    eps_rows: &[f32],
+    sq: &mut [f32],
+    ms: &mut [f32],
+    inv: &mut [f32],
+    y: &mut [f32],
+    out: &mut [f32],
+) {
     let n = w.len();
     binary_f32(BinaryOp::Mul, x, x, sq).unwrap();
     reduce_rows_f32(ReduceOp::Mean, sq, n, ms).unwrap();
@@ -140,7 +150,17 @@ impl RopeChain {
             e
         };
         let z = || vec![0.0f32; rows * h];
-        RopeChain { rows, h, cos_x: expand(cos), sin_x: expand(sin), x1: z(), x2: z(), t1: z(), t2: z(), o: vec![0.0; 2 * rows * h] }
+        RopeChain {
+            rows,
+            h,
+            cos_x: expand(cos),
+            sin_x: expand(sin),
+            x1: z(),
+            x2: z(),
+            t1: z(),
+            t2: z(),
+            o: vec![0.0; 2 * rows * h],
+        }
     }
 
     fn run(&mut self, x: &[f32], out: &mut [f32]) {
@@ -197,7 +217,8 @@ fn main() {
     let wn = values(HD, 10, 0.5, 1.5);
     for seq in [5, 128] {
         let h = HD / 2;
-        let ang: Vec<f64> = (0..seq * h).map(|i| (i / h) as f64 * 10_000f64.powf(-2.0 * (i % h) as f64 / HD as f64)).collect();
+        let ang: Vec<f64> =
+            (0..seq * h).map(|i| (i / h) as f64 * 10_000f64.powf(-2.0 * (i % h) as f64 / HD as f64)).collect();
         let cos: Vec<f32> = ang.iter().map(|a| a.cos() as f32).collect();
         let sin: Vec<f32> = ang.iter().map(|a| a.sin() as f32).collect();
         for (heads, who) in [(HEADS, "q"), (KV, "k")] {
@@ -293,7 +314,8 @@ fn main() {
         let mask = causal(sq, sk, window);
         let mut out = vec![0.0; q.len()];
         let scale_q = vec![scale; q.len()];
-        let (mut qs, mut s, mut p) = (vec![0.0; q.len()], vec![0.0; KV * group * sq * sk], vec![0.0; KV * group * sq * sk]);
+        let (mut qs, mut s, mut p) =
+            (vec![0.0; q.len()], vec![0.0; KV * group * sq * sk], vec![0.0; KV * group * sq * sk]);
         let (mut m, mut l) = (vec![0.0; KV * group * sq], vec![0.0; KV * group * sq]);
         b.row(&format!("attention {tag} sq={sq} sk={sk} (9 ops)"), &mut |fused| {
             if fused {
@@ -303,7 +325,15 @@ fn main() {
             binary_f32(BinaryOp::Mul, &q, &scale_q, &mut qs).unwrap();
             let qv = MatView::row_major(&qs, [KV, group], sq, HD);
             // kᵀ: [hd, sk] per kv head, shared by the group (batch stride 0).
-            let kv = MatView { data: &k, offset: 0, rows: HD, cols: sk, row_stride: 1, col_stride: HD, batch_strides: [sk * HD, 0] };
+            let kv = MatView {
+                data: &k,
+                offset: 0,
+                rows: HD,
+                cols: sk,
+                row_stride: 1,
+                col_stride: HD,
+                batch_strides: [sk * HD, 0],
+            };
             matmul_f32([KV, group], &qv, &kv, &mut s).unwrap();
             binary_row_broadcast(BinaryOp::Add, &s, &mask, &mut p).unwrap();
             reduce_rows_f32(ReduceOp::Max, &p, sk, &mut m).unwrap();
@@ -312,7 +342,15 @@ fn main() {
             reduce_rows_f32(ReduceOp::Sum, &p, sk, &mut l).unwrap();
             binary_col_broadcast(BinaryOp::Div, &p, &l, &mut s).unwrap();
             let pv = MatView::row_major(&s, [KV, group], sq, sk);
-            let vv = MatView { data: &v, offset: 0, rows: sk, cols: HD, row_stride: HD, col_stride: 1, batch_strides: [sk * HD, 0] };
+            let vv = MatView {
+                data: &v,
+                offset: 0,
+                rows: sk,
+                cols: HD,
+                row_stride: HD,
+                col_stride: 1,
+                batch_strides: [sk * HD, 0],
+            };
             matmul_f32([KV, group], &pv, &vv, &mut out).unwrap();
         });
         if window.is_some() || (sq > 1 && sk >= 128) {

@@ -83,7 +83,11 @@ fn main() {
         let mut sums = vec![0.0f32; 64];
         for threads in [1usize, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-            let (t, tc) = pool.install(|| time_per_call(min_s, threads, |_| tg_kernels::reduce_rows_f32(tg_kernels::ReduceOp::Sum, &big, 1 << 20, &mut sums).expect("sum")));
+            let (t, tc) = pool.install(|| {
+                time_per_call(min_s, threads, |_| {
+                    tg_kernels::reduce_rows_f32(tg_kernels::ReduceOp::Sum, &big, 1 << 20, &mut sums).expect("sum")
+                })
+            });
             let bytes = (big.len() * 4) as f64;
             println!(
                 "{:<7} {:<21} {:<5} {:>4} {:>3} {:>5} {:>10.1} {:>8.2} {:>9} | {:>10.1} {:>8.2}",
@@ -106,7 +110,8 @@ fn main() {
             let row_bytes = s.ty.row_bytes(s.k).expect("shape");
             let bytes = s.n * row_bytes;
             let copies = (96usize << 20).div_ceil(bytes).max(1);
-            let weights: Vec<Vec<u8>> = (0..copies).map(|c| tg_quant::random_blocks(s.ty, s.n * s.k, 1000 + c as u64)).collect();
+            let weights: Vec<Vec<u8>> =
+                (0..copies).map(|c| tg_quant::random_blocks(s.ty, s.n * s.k, 1000 + c as u64)).collect();
             let ms: &[usize] = if s.n > 100_000 { &[1, 32] } else { &[1, 32, 128] };
             for &m in ms {
                 let x: Vec<f32> = (0..m * s.k).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0).collect();

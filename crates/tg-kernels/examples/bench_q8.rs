@@ -61,7 +61,20 @@ fn main() {
     println!("{}", tg_kernels::cpu_features());
     println!(
         "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>9} {:>7} {:>6} | {:>9} {:>7} {:>6} {:>6} | {:>9} {:>6}",
-        "isa", "shape", "type", "m", "thr", "f32 us", "GFLOP/s", "GB/s", "q8 us", "GFLOP/s", "GB/s", "vs f32", "ggml us", "vs f32"
+        "isa",
+        "shape",
+        "type",
+        "m",
+        "thr",
+        "f32 us",
+        "GFLOP/s",
+        "GB/s",
+        "q8 us",
+        "GFLOP/s",
+        "GB/s",
+        "vs f32",
+        "ggml us",
+        "vs f32"
     );
     for sh in SHAPES.iter().filter(|s| only.as_deref().is_none_or(|o| o.eq_ignore_ascii_case(s.ty.name()))) {
         let row_bytes = sh.ty.row_bytes(sh.k).expect("shape is whole blocks");
@@ -74,9 +87,19 @@ fn main() {
             for &isa in &isas {
                 for &t in &threads {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().expect("rayon pool");
-                    let tf = pool.install(|| time_per_call(min_s, || matmul_qt_with(isa, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt")));
-                    let mut q8 =
-                        |order: Q8Order| pool.install(|| time_per_call(min_s, || matmul_qt_q8_ordered(isa, order, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt_q8")));
+                    let tf = pool.install(|| {
+                        time_per_call(min_s, || {
+                            matmul_qt_with(isa, &x, m, sh.k, &w, sh.ty, sh.n, &mut y).expect("matmul_qt")
+                        })
+                    });
+                    let mut q8 = |order: Q8Order| {
+                        pool.install(|| {
+                            time_per_call(min_s, || {
+                                matmul_qt_q8_ordered(isa, order, &x, m, sh.k, &w, sh.ty, sh.n, &mut y)
+                                    .expect("matmul_qt_q8")
+                            })
+                        })
+                    };
                     let (tq, tg) = (q8(Q8Order::Fast), q8(Q8Order::Ggml));
                     println!(
                         "{:<7} {:<12} {:<5} {:>4} {:>3} | {:>9.1} {:>7.1} {:>6.2} | {:>9.1} {:>7.1} {:>6.2} {:>5.2}x | {:>9.1} {:>5.2}x",

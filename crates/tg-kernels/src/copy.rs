@@ -12,11 +12,24 @@ use crate::KernelError;
 /// stride is 1 each inner run is copied with `copy_from_slice`; stride 0 fills. Every element
 /// the view reaches must lie inside `src`; otherwise (or on a rank mismatch) an error is
 /// returned and `dst` is untouched.
-pub fn copy_strided_f32(src: &[f32], shape: &[usize], src_strides: &[isize], src_offset: usize, dst: &mut [f32]) -> Result<(), KernelError> {
+pub fn copy_strided_f32(
+    src: &[f32],
+    shape: &[usize],
+    src_strides: &[isize],
+    src_offset: usize,
+    dst: &mut [f32],
+) -> Result<(), KernelError> {
     if shape.len() != src_strides.len() {
-        return Err(KernelError::Shape(format!("copy_strided_f32: shape has rank {} but strides have {}", shape.len(), src_strides.len())));
+        return Err(KernelError::Shape(format!(
+            "copy_strided_f32: shape has rank {} but strides have {}",
+            shape.len(),
+            src_strides.len()
+        )));
     }
-    let total = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or(KernelError::Overflow("copy_strided_f32: element count"))?;
+    let total = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or(KernelError::Overflow("copy_strided_f32: element count"))?;
     crate::check_len("copy_strided_f32: dst", total, dst.len())?;
     if total == 0 {
         return Ok(());
@@ -32,7 +45,10 @@ pub fn copy_strided_f32(src: &[f32], shape: &[usize], src_strides: &[isize], src
         }
     }
     if lo < 0 || hi >= src.len() as i128 {
-        return Err(KernelError::Shape(format!("copy_strided_f32: view reaches offsets {lo}..={hi} but the source holds {} elements", src.len())));
+        return Err(KernelError::Shape(format!(
+            "copy_strided_f32: view reaches offsets {lo}..={hi} but the source holds {} elements",
+            src.len()
+        )));
     }
 
     // Drop unit dimensions, then merge neighbours that are contiguous in the source.
@@ -66,7 +82,8 @@ pub fn copy_strided_f32(src: &[f32], shape: &[usize], src_strides: &[isize], src
             idx[k] = rem % d;
             rem /= d;
         }
-        let mut off: isize = src_offset as isize + outer.iter().zip(&idx).map(|(&(_, s), &i)| s * i as isize).sum::<isize>();
+        let mut off: isize =
+            src_offset as isize + outer.iter().zip(&idx).map(|(&(_, s), &i)| s * i as isize).sum::<isize>();
         let mut row = range.start;
         while row < range.end {
             // SAFETY (all arms): every offset was bounds-checked above; rows of `dst` are
@@ -185,7 +202,10 @@ mod tests {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                 let mut dst = vec![f32::NAN; want.len()];
                 pool.install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).expect("copy");
-                assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "shape {shape:?} strides {strides:?} offset {offset} threads {threads}");
+                assert!(
+                    dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "shape {shape:?} strides {strides:?} offset {offset} threads {threads}"
+                );
             }
         }
     }

@@ -317,12 +317,27 @@ pub fn dequantize_row_with(isa: Isa, ty: GgmlType, src: &[u8], dst: &mut [f32]) 
 /// Gathers rows of an `n_rows × row_len` table stored as `ty` (embedding lookup):
 /// `out[i, :] = dequantize(table[ids[i], :])`, `out` being `ids.len() × row_len` row-major.
 /// An id outside `0..n_rows` is an error naming its position; wrong buffer lengths are errors.
-pub fn get_rows(table: &[u8], ty: GgmlType, row_len: usize, n_rows: usize, ids: &[i32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn get_rows(
+    table: &[u8],
+    ty: GgmlType,
+    row_len: usize,
+    n_rows: usize,
+    ids: &[i32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     get_rows_with(isa(), table, ty, row_len, n_rows, ids, out)
 }
 
 /// [`get_rows`] on an explicit ISA.
-pub fn get_rows_with(isa: Isa, table: &[u8], ty: GgmlType, row_len: usize, n_rows: usize, ids: &[i32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn get_rows_with(
+    isa: Isa,
+    table: &[u8],
+    ty: GgmlType,
+    row_len: usize,
+    n_rows: usize,
+    ids: &[i32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let row_bytes = row_bytes_checked(ty, row_len)?;
     let table_bytes = crate::mul("get_rows: table size", n_rows, row_bytes)?;
@@ -344,7 +359,9 @@ pub fn get_rows_with(isa: Isa, table: &[u8], ty: GgmlType, row_len: usize, n_row
     if crate::par::threads() <= 1 || ids.len() <= per_task {
         return run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out });
     }
-    out.par_chunks_mut(per_task * row_len).zip(ids.par_chunks(per_task)).try_for_each(|(o, ids)| run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out: o }))
+    out.par_chunks_mut(per_task * row_len)
+        .zip(ids.par_chunks(per_task))
+        .try_for_each(|(o, ids)| run_on(isa, RowsTask { table, ty, row_len, row_bytes, ids, out: o }))
 }
 
 #[cfg(test)]

@@ -360,7 +360,9 @@ impl IsaTask for BinTask {
 
 fn run_binary(isa: Isa, op: BinaryOp, bcast: Bcast, a: &[f32], b: &[f32], out: &mut [f32]) {
     let (a, b, o) = (SyncPtr(a.as_ptr() as *mut f32), SyncPtr(b.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(out.len(), MIN_PER_TASK, 64, |r| run_on(isa, BinTask { op, bcast, a: a.get(), b: b.get(), out: o.get(), lo: r.start, hi: r.end }));
+    for_ranges(out.len(), MIN_PER_TASK, 64, |r| {
+        run_on(isa, BinTask { op, bcast, a: a.get(), b: b.get(), out: o.get(), lo: r.start, hi: r.end })
+    });
 }
 
 /// `out[i] = a[i] op b[i]`; all three slices have the same length.
@@ -384,7 +386,13 @@ pub fn binary_row_broadcast(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32])
 }
 
 /// [`binary_row_broadcast`] on an explicit ISA.
-pub fn binary_row_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn binary_row_broadcast_with(
+    isa: Isa,
+    op: BinaryOp,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     check_len("binary_row_broadcast: out", a.len(), out.len())?;
     let n = b.len();
@@ -392,7 +400,10 @@ pub fn binary_row_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], o
         return check_len("binary_row_broadcast: a (b is empty)", 0, a.len());
     }
     if !a.len().is_multiple_of(n) {
-        return Err(KernelError::Shape(format!("binary_row_broadcast: a has {} elements, not a whole number of rows of {n}", a.len())));
+        return Err(KernelError::Shape(format!(
+            "binary_row_broadcast: a has {} elements, not a whole number of rows of {n}",
+            a.len()
+        )));
     }
     run_binary(isa, op, Bcast::Row(n), a, b, out);
     Ok(())
@@ -405,7 +416,13 @@ pub fn binary_col_broadcast(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32])
 }
 
 /// [`binary_col_broadcast`] on an explicit ISA.
-pub fn binary_col_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn binary_col_broadcast_with(
+    isa: Isa,
+    op: BinaryOp,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     check_len("binary_col_broadcast: out", a.len(), out.len())?;
     let rows = b.len();
@@ -413,7 +430,10 @@ pub fn binary_col_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], o
         return check_len("binary_col_broadcast: a (b is empty)", 0, a.len());
     }
     if !a.len().is_multiple_of(rows) {
-        return Err(KernelError::Shape(format!("binary_col_broadcast: a has {} elements, not {rows} equal rows", a.len())));
+        return Err(KernelError::Shape(format!(
+            "binary_col_broadcast: a has {} elements, not {rows} equal rows",
+            a.len()
+        )));
     }
     let n = a.len() / rows;
     if n == 0 {
@@ -466,6 +486,8 @@ pub fn unary_f32_with(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Resu
     check_len("unary_f32: out", x.len(), out.len())?;
     let min = if op.is_libm() || matches!(op, UnaryOp::Exp | UnaryOp::Tanh) { 4096 } else { MIN_PER_TASK };
     let (xp, o) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(x.len(), min, 64, |r| run_on(isa, UnaryTask { op, x: xp.get().wrapping_add(r.start), out: o.get().wrapping_add(r.start), n: r.len() }));
+    for_ranges(x.len(), min, 64, |r| {
+        run_on(isa, UnaryTask { op, x: xp.get().wrapping_add(r.start), out: o.get().wrapping_add(r.start), n: r.len() })
+    });
     Ok(())
 }

@@ -43,7 +43,15 @@ pub struct MatView<'a> {
 impl<'a> MatView<'a> {
     /// A row-major `[batch[0], batch[1], rows, cols]` tensor stored contiguously.
     pub fn row_major(data: &'a [f32], batch: [usize; 2], rows: usize, cols: usize) -> Self {
-        MatView { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1, batch_strides: [batch[1] * rows * cols, rows * cols] }
+        MatView {
+            data,
+            offset: 0,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+            batch_strides: [batch[1] * rows * cols, rows * cols],
+        }
     }
 
     /// The transpose of this view (rows ↔ columns), e.g. a `[n, k]` key matrix seen as `[k, n]`.
@@ -65,7 +73,10 @@ impl<'a> MatView<'a> {
         .sum::<u128>()
             + self.offset as u128;
         if max >= self.data.len() as u128 {
-            return Err(KernelError::Shape(format!("{what}: view reaches element {max} but the buffer holds {}", self.data.len())));
+            return Err(KernelError::Shape(format!(
+                "{what}: view reaches element {max} but the buffer holds {}",
+                self.data.len()
+            )));
         }
         Ok(())
     }
@@ -82,7 +93,11 @@ impl<'a> MatView<'a> {
 /// Dot-form tile: `out[r][c] = Σ_{kk<k} a[r][kk] · b[c][kk]` for `MR` rows of `a` and `NR` rows
 /// of `b`, all contiguous along `k`.
 #[inline(always)]
-pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(a: [*const f32; MR], b: [*const f32; NR], k: usize) -> [[f32; NR]; MR] {
+pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(
+    a: [*const f32; MR],
+    b: [*const f32; NR],
+    k: usize,
+) -> [[f32; NR]; MR] {
     let l = S::LANES;
     let mut acc = [[S::zero(); NR]; MR];
     let mut kk = 0;
@@ -132,7 +147,15 @@ pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(a: [*c
 /// Axpy-form tile: `c[r][0..NV·L] = Σ_kk a[r][kk·a_cs] · b[kk·b_rs + 0..NV·L]`, or only the first
 /// `cols` columns when `cols < NV·L` (then `NV` must be 1).
 #[inline(always)]
-unsafe fn micro_axpy<S: Simd, const MR: usize, const NV: usize>(a: [*const f32; MR], a_cs: usize, b: *const f32, b_rs: usize, k: usize, c: [*mut f32; MR], cols: usize) {
+unsafe fn micro_axpy<S: Simd, const MR: usize, const NV: usize>(
+    a: [*const f32; MR],
+    a_cs: usize,
+    b: *const f32,
+    b_rs: usize,
+    k: usize,
+    c: [*mut f32; MR],
+    cols: usize,
+) {
     let l = S::LANES;
     let mut acc = [[S::zero(); NV]; MR];
     if cols == NV * l {
@@ -177,7 +200,16 @@ pub(crate) const MR: usize = 4;
 /// One matrix product `c[i0..i1, :] = a[i0..i1, :] · b` in dot form: `a` rows and `b` columns
 /// contiguous along `k` (`a_rs` between `a` rows, `b_cs` between `b` columns).
 #[inline(always)]
-unsafe fn gemm_dot<S: Simd, const NR: usize>(a: *const f32, a_rs: usize, b: *const f32, b_cs: usize, c: *mut f32, n: usize, k: usize, rows: std::ops::Range<usize>) {
+unsafe fn gemm_dot<S: Simd, const NR: usize>(
+    a: *const f32,
+    a_rs: usize,
+    b: *const f32,
+    b_cs: usize,
+    c: *mut f32,
+    n: usize,
+    k: usize,
+    rows: std::ops::Range<usize>,
+) {
     // Keep a block of `b` columns (≈ 64 KiB) hot in L2 while all row tiles pass over it.
     let jb = ((16 * 1024) / k.max(1)).clamp(NR, 512) / NR * NR;
     let mut j0 = 0;
@@ -230,12 +262,32 @@ unsafe fn gemm_dot<S: Simd, const NR: usize>(a: *const f32, a_rs: usize, b: *con
 /// One matrix product in axpy form: `b` rows contiguous along `n` (`b_rs` between rows); `a`
 /// has arbitrary strides.
 #[inline(always)]
-unsafe fn gemm_axpy<S: Simd, const NV: usize>(a: *const f32, a_rs: usize, a_cs: usize, b: *const f32, b_rs: usize, c: *mut f32, n: usize, k: usize, rows: std::ops::Range<usize>) {
+unsafe fn gemm_axpy<S: Simd, const NV: usize>(
+    a: *const f32,
+    a_rs: usize,
+    a_cs: usize,
+    b: *const f32,
+    b_rs: usize,
+    c: *mut f32,
+    n: usize,
+    k: usize,
+    rows: std::ops::Range<usize>,
+) {
     let mut i = rows.start;
     while i < rows.end {
         let mr = (rows.end - i).min(MR);
         #[inline(always)]
-        unsafe fn tile<S: Simd, const NV: usize, const M: usize>(a: *const f32, a_rs: usize, a_cs: usize, b: *const f32, b_rs: usize, c: *mut f32, n: usize, k: usize, i: usize) {
+        unsafe fn tile<S: Simd, const NV: usize, const M: usize>(
+            a: *const f32,
+            a_rs: usize,
+            a_cs: usize,
+            b: *const f32,
+            b_rs: usize,
+            c: *mut f32,
+            n: usize,
+            k: usize,
+            i: usize,
+        ) {
             let l = S::LANES;
             let ap: [*const f32; M] = std::array::from_fn(|r| a.add((i + r) * a_rs));
             let mut j = 0;
@@ -290,7 +342,9 @@ impl IsaTask for F32Task<'_> {
         match form {
             Form::Dot if S::LANES >= 16 => gemm_dot::<S, 4>(ap, a.row_stride, bp, b.col_stride, c, n, k, rows),
             Form::Dot => gemm_dot::<S, 2>(ap, a.row_stride, bp, b.col_stride, c, n, k, rows),
-            Form::Axpy if S::LANES >= 16 => gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows),
+            Form::Axpy if S::LANES >= 16 => {
+                gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows)
+            }
             Form::Axpy => gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows),
         }
     }
@@ -308,10 +362,19 @@ pub fn matmul_f32(batch: [usize; 2], a: &MatView<'_>, b: &MatView<'_>, c: &mut [
 }
 
 /// [`matmul_f32`] on an explicit ISA.
-pub fn matmul_f32_with(isa: Isa, batch: [usize; 2], a: &MatView<'_>, b: &MatView<'_>, c: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_f32_with(
+    isa: Isa,
+    batch: [usize; 2],
+    a: &MatView<'_>,
+    b: &MatView<'_>,
+    c: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     if a.cols != b.rows {
-        return Err(KernelError::Shape(format!("matmul_f32: a is {}×{} but b is {}×{}", a.rows, a.cols, b.rows, b.cols)));
+        return Err(KernelError::Shape(format!(
+            "matmul_f32: a is {}×{} but b is {}×{}",
+            a.rows, a.cols, b.rows, b.cols
+        )));
     }
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let nb = crate::mul("matmul_f32: batch", batch[0], batch[1])?;
@@ -390,6 +453,14 @@ fn pack(v: &MatView<'_>, batch: [usize; 2], transpose: bool) -> (Vec<f32>, MatVi
         }
     }
     let (rs, cs) = if transpose { (1, r) } else { (c, 1) };
-    let view = MatView { data: &[], offset: 0, rows: r, cols: c, row_stride: rs, col_stride: cs, batch_strides: [batch[1] * r * c, r * c] };
+    let view = MatView {
+        data: &[],
+        offset: 0,
+        rows: r,
+        cols: c,
+        row_stride: rs,
+        col_stride: cs,
+        batch_strides: [batch[1] * r * c, r * c],
+    };
     (out, view)
 }

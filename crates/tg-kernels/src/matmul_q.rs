@@ -90,7 +90,11 @@ unsafe fn dot_rows<S: SimdDecode, D: Fmt, const R: usize>(x: [*const f32; R], w:
 }
 
 #[inline(always)]
-unsafe fn dot_rows_na<S: SimdDecode, D: Fmt, const R: usize, const NA: usize>(x: [*const f32; R], w: *const u8, k: usize) -> [f32; R] {
+unsafe fn dot_rows_na<S: SimdDecode, D: Fmt, const R: usize, const NA: usize>(
+    x: [*const f32; R],
+    w: *const u8,
+    k: usize,
+) -> [f32; R] {
     let nb = k / D::BLOCK;
     let mut sink = DotSink::<S, R, NA> { x, acc: [[S::zero(); NA]; R] };
     for b in 0..nb {
@@ -155,8 +159,11 @@ impl IsaTask for MatvecTask {
         unsafe fn all<S: SimdDecode, D: Fmt>(t: &MatvecTask) {
             if t.m == 1 && S::has_dot1(D::TY) {
                 // Specialized single-row kernel. Sums of x over each 32 elements (K-quants).
-                let xs: Vec<f32> =
-                    if matches!(D::TY, GgmlType::Q4_K | GgmlType::Q5_K) { (0..t.k / 32).map(|i| (0..32).map(|e| *t.x.add(32 * i + e)).sum()).collect() } else { Vec::new() };
+                let xs: Vec<f32> = if matches!(D::TY, GgmlType::Q4_K | GgmlType::Q5_K) {
+                    (0..t.k / 32).map(|i| (0..32).map(|e| *t.x.add(32 * i + e)).sum()).collect()
+                } else {
+                    Vec::new()
+                };
                 for j in t.rows.clone() {
                     // One line per row, ~1 KiB ahead: enough to carry the stream across 4 KiB
                     // page boundaries, where the hardware prefetchers stop (the kernels below add
@@ -320,13 +327,30 @@ unsafe fn tile_row<S: Simd, const NR: usize, const M: usize>(
 ///
 /// Errors (never panics) on wrong buffer lengths, a `k` that is not a whole number of blocks,
 /// or a type without a dequantizer.
-pub fn matmul_qt(x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     matmul_qt_with(isa(), x, m, k, w, ty, n, y)
 }
 
 /// [`matmul_qt`] on an explicit ISA.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_qt_with(isa: Isa, x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_with(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     const NAMES: crate::MatmulNames = crate::MatmulNames { x: "matmul_qt: x", w_bytes: "matmul_qt: w bytes", w: "matmul_qt: w", y: "matmul_qt: y" };
     let Some(row_bytes) = crate::check_matmul(&NAMES, ty, m, k, n, Some(x.len()), w.len(), y)? else {
@@ -337,7 +361,9 @@ pub fn matmul_qt_with(isa: Isa, x: &[f32], m: usize, k: usize, w: &[u8], ty: Ggm
     if m <= MATVEC_MAX_M || !crate::has_simd_decoder(ty) {
         // ≥ 64 KiB of weights per task: enough to amortize the fork, small enough to balance.
         let min_rows = (65_536 / row_bytes).max(1);
-        for_ranges(n, min_rows, 1, |rows| run_on(isa, MatvecTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), rows }));
+        for_ranges(n, min_rows, 1, |rows| {
+            run_on(isa, MatvecTask { ty, x: xp.get(), m, k, w: wp.get(), row_bytes, n, y: yp.get(), rows })
+        });
         return Ok(());
     }
 

@@ -183,7 +183,13 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, act: GgmlType) -> Res
 }
 
 /// [`quantize_activations`] on an explicit ISA (the result is identical on every ISA).
-pub fn quantize_activations_with(isa: Isa, x: &[f32], m: usize, k: usize, act: GgmlType) -> Result<QuantizedActivations, KernelError> {
+pub fn quantize_activations_with(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    act: GgmlType,
+) -> Result<QuantizedActivations, KernelError> {
     let isa = checked(isa)?;
     if !matches!(act, GgmlType::Q8_0 | GgmlType::Q8_K) {
         return Err(KernelError::UnsupportedType(act));
@@ -255,19 +261,46 @@ pub enum Q8Order {
 /// Weight types: Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K. F32/F16/BF16 weights are delegated to
 /// [`crate::matmul_qt`] (f32 activations). Errors (never panics) on other types, wrong buffer
 /// lengths or a `k` that is not a whole number of blocks.
-pub fn matmul_qt_q8(x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_q8(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     matmul_qt_q8_ordered(isa(), Q8Order::Fast, x, m, k, w, ty, n, y)
 }
 
 /// [`matmul_qt_q8`] on an explicit ISA.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_qt_q8_with(isa: Isa, x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_q8_with(
+    isa: Isa,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     matmul_qt_q8_ordered(isa, Q8Order::Fast, x, m, k, w, ty, n, y)
 }
 
 /// [`matmul_qt_q8`] on an explicit ISA with an explicit summation order.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_qt_q8_ordered(isa: Isa, order: Q8Order, x: &[f32], m: usize, k: usize, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_q8_ordered(
+    isa: Isa,
+    order: Q8Order,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let Some(act) = q8_activation_type(ty) else {
         return match ty {
@@ -285,12 +318,26 @@ pub fn matmul_qt_q8_ordered(isa: Isa, order: Q8Order, x: &[f32], m: usize, k: us
 
 /// [`matmul_qt_q8`] with activations already quantized by [`quantize_activations`]
 /// (`xq.act_type()` must be [`q8_activation_type`]`(ty)`; `m`, `k` are taken from `xq`).
-pub fn matmul_qt_q8_pre(xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_q8_pre(
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     matmul_qt_q8_pre_ordered(isa(), Q8Order::Fast, xq, w, ty, n, y)
 }
 
 /// [`matmul_qt_q8_pre`] on an explicit ISA with an explicit summation order.
-pub fn matmul_qt_q8_pre_ordered(isa: Isa, order: Q8Order, xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, y: &mut [f32]) -> Result<(), KernelError> {
+pub fn matmul_qt_q8_pre_ordered(
+    isa: Isa,
+    order: Q8Order,
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     if q8_activation_type(ty) != Some(xq.ty) {
         return Err(KernelError::UnsupportedType(ty));
@@ -332,7 +379,16 @@ impl Task<'_> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn run(isa: Isa, order: Q8Order, xq: &QuantizedActivations, w: &[u8], ty: GgmlType, n: usize, row_bytes: usize, y: &mut [f32]) {
+fn run(
+    isa: Isa,
+    order: Q8Order,
+    xq: &QuantizedActivations,
+    w: &[u8],
+    ty: GgmlType,
+    n: usize,
+    row_bytes: usize,
+    y: &mut [f32],
+) {
     let (wp, yp) = (SyncPtr(w.as_ptr() as *mut u8), SyncPtr(y.as_mut_ptr()));
     // Per task at least ~32 KiB of weights or ~1 M multiply-adds, whichever comes first.
     let macs_per_row = xq.m * xq.k;

@@ -105,6 +105,8 @@ pub fn reduce_rows_f32_with(isa: Isa, op: ReduceOp, x: &[f32], n: usize, out: &m
     let isa = checked(isa)?;
     check_len("reduce_rows_f32: x", mul("reduce_rows_f32", out.len(), n)?, x.len())?;
     let (xp, o) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(out.len(), (1 << 15) / n.max(1), 1, |rows| run_on(isa, ReduceTask { op, x: xp.get(), n, out: o.get(), rows }));
+    for_ranges(out.len(), (1 << 15) / n.max(1), 1, |rows| {
+        run_on(isa, ReduceTask { op, x: xp.get(), n, out: o.get(), rows })
+    });
     Ok(())
 }

@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use rand::Rng;
 use tg_kernels::{
-    binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with, unary_f32_with, BinaryOp, Isa, KernelError, ReduceOp, UnaryOp,
+    binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with,
+    unary_f32_with, BinaryOp, Isa, KernelError, ReduceOp, UnaryOp,
 };
 
 const LENS: [usize; 9] = [0, 1, 7, 15, 16, 17, 63, 1000, 70_001];
@@ -18,10 +19,13 @@ fn same(a: f32, b: f32) -> bool {
 /// Random values with a sprinkling of specials.
 fn values(r: &mut rand_chacha::ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let specials = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, f32::MAX];
-    (0..n).map(|_| if r.gen_range(0..20) == 0 { specials[r.gen_range(0..specials.len())] } else { r.gen_range(lo..hi) }).collect()
+    (0..n)
+        .map(|_| if r.gen_range(0..20) == 0 { specials[r.gen_range(0..specials.len())] } else { r.gen_range(lo..hi) })
+        .collect()
 }
 
-const BINOPS: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const BINOPS: [BinaryOp; 6] =
+    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
 
 #[test]
 fn binary_ops_are_exact() {
@@ -35,7 +39,13 @@ fn binary_ops_are_exact() {
                 binary_f32_with(isa, op, &a, &b, &mut out).unwrap();
                 for i in 0..n {
                     let want = op.apply(a[i], b[i]);
-                    assert!(same(out[i], want), "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}", a[i], b[i], out[i]);
+                    assert!(
+                        same(out[i], want),
+                        "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}",
+                        a[i],
+                        b[i],
+                        out[i]
+                    );
                 }
             }
         }
@@ -156,14 +166,19 @@ fn reductions() {
                             _ => {
                                 let s: f64 = row.iter().map(|&v| v as f64).sum();
                                 let mag: f64 = row.iter().map(|&v| (v as f64).abs()).sum();
-                                let (want, scale) = if op == ReduceOp::Mean { (s / n as f64, n as f64) } else { (s, 1.0) };
+                                let (want, scale) =
+                                    if op == ReduceOp::Mean { (s / n as f64, n as f64) } else { (s, 1.0) };
                                 if n == 0 {
                                     assert!(if op == ReduceOp::Mean { o.is_nan() } else { o == 0.0 });
                                     continue;
                                 }
                                 // Documented bound: (n/(4·LANES) + log2(4·LANES)) ε Σ|x|, LANES ≥ 8.
-                                let bound = (n as f64 / 32.0 + 8.0) * f32::EPSILON as f64 / 2.0 * mag / scale + f32::EPSILON as f64 * want.abs();
-                                assert!((o as f64 - want).abs() <= bound, "{isa} {op:?} {rows}x{n} row {i}: {o} vs {want} (bound {bound:e})");
+                                let bound = (n as f64 / 32.0 + 8.0) * f32::EPSILON as f64 / 2.0 * mag / scale
+                                    + f32::EPSILON as f64 * want.abs();
+                                assert!(
+                                    (o as f64 - want).abs() <= bound,
+                                    "{isa} {op:?} {rows}x{n} row {i}: {o} vs {want} (bound {bound:e})"
+                                );
                             }
                         }
                     }
@@ -221,7 +236,10 @@ fn copy_strided_matches_naive_gather() {
         for t in [1, 2] {
             let mut dst = vec![f32::NAN; want.len()];
             pool(t).install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).unwrap();
-            assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "shape {shape:?} strides {strides:?} offset {offset} threads {t}");
+            assert!(
+                dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "shape {shape:?} strides {strides:?} offset {offset} threads {t}"
+            );
         }
     }
 }

@@ -84,11 +84,16 @@ fn get_rows_matches_reference() {
         for &isa in &isas {
             for threads in [1, 2] {
                 let mut out = vec![f32::NAN; ids.len() * row_len];
-                pool(threads).install(|| tg_kernels::get_rows_with(isa, &table, ty, row_len, n_rows, &ids, &mut out)).unwrap();
+                pool(threads)
+                    .install(|| tg_kernels::get_rows_with(isa, &table, ty, row_len, n_rows, &ids, &mut out))
+                    .unwrap();
                 for (i, &id) in ids.iter().enumerate() {
                     let got = &out[i * row_len..(i + 1) * row_len];
                     let want = &reference[id as usize * row_len..(id as usize + 1) * row_len];
-                    assert!(got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa} {ty} threads={threads}: row {i} (id {id}) differs");
+                    assert!(
+                        got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{isa} {ty} threads={threads}: row {i} (id {id}) differs"
+                    );
                 }
             }
         }
@@ -148,7 +153,10 @@ fn matmul_qt_same_result_on_one_and_two_threads() {
                 assert!(y.iter().all(|v| v.is_finite()), "{isa} {ty}: unwritten outputs");
                 outs.push(y);
             }
-            assert!(outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa} {ty} m={m} n={n} k={k}: 1 vs 2 threads differ");
+            assert!(
+                outs[0].iter().zip(&outs[1]).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa} {ty} m={m} n={n} k={k}: 1 vs 2 threads differ"
+            );
         }
     }
 }
@@ -161,13 +169,25 @@ fn matmul_qt_rejects_bad_arguments() {
     let x = vec![0.5f32; m * k];
     let mut y = vec![0.0f32; m * n];
     let isa = Isa::detect();
-    assert!(matches!(matmul_qt_with(isa, &x[1..], m, k, &w, ty, n, &mut y), Err(KernelError::Length { what: "matmul_qt: x", .. })));
-    assert!(matches!(matmul_qt_with(isa, &x, m, k, &w[..w.len() - 1], ty, n, &mut y), Err(KernelError::Length { what: "matmul_qt: w bytes", .. })));
-    assert!(matches!(matmul_qt_with(isa, &x, m, k, &w, ty, n, &mut y[1..]), Err(KernelError::Length { what: "matmul_qt: y", .. })));
+    assert!(matches!(
+        matmul_qt_with(isa, &x[1..], m, k, &w, ty, n, &mut y),
+        Err(KernelError::Length { what: "matmul_qt: x", .. })
+    ));
+    assert!(matches!(
+        matmul_qt_with(isa, &x, m, k, &w[..w.len() - 1], ty, n, &mut y),
+        Err(KernelError::Length { what: "matmul_qt: w bytes", .. })
+    ));
+    assert!(matches!(
+        matmul_qt_with(isa, &x, m, k, &w, ty, n, &mut y[1..]),
+        Err(KernelError::Length { what: "matmul_qt: y", .. })
+    ));
     // k not a whole number of blocks.
     assert!(matches!(matmul_qt_with(isa, &x, 4, 32 + 1, &w, ty, 1, &mut y), Err(KernelError::Quant(_))));
     // Types without a dequantizer.
-    assert!(matches!(matmul_qt_with(isa, &x, m, k, &w, GgmlType::I32, n, &mut y), Err(KernelError::UnsupportedType(GgmlType::I32))));
+    assert!(matches!(
+        matmul_qt_with(isa, &x, m, k, &w, GgmlType::I32, n, &mut y),
+        Err(KernelError::UnsupportedType(GgmlType::I32))
+    ));
     // Overflowing sizes are errors, not panics.
     assert!(matmul_qt_with(isa, &x, usize::MAX, 2, &w, ty, n, &mut y).is_err());
     // Empty problems are fine; k = 0 gives zeros.
@@ -189,9 +209,18 @@ fn get_rows_rejects_bad_ids_and_lengths() {
     assert!(e.to_string().contains("id 10 at position 1"), "{e}");
     let e = tg_kernels::get_rows_with(isa, &table, ty, row_len, n_rows, &[0, 1, -1], &mut out).unwrap_err();
     assert_eq!(e, KernelError::IdOutOfRange { pos: 2, id: -1, n_rows: 10 });
-    assert!(matches!(tg_kernels::get_rows_with(isa, &table[1..], ty, row_len, n_rows, &[0, 1, 2], &mut out), Err(KernelError::Length { .. })));
-    assert!(matches!(tg_kernels::get_rows_with(isa, &table, ty, row_len, n_rows, &[0, 1], &mut out), Err(KernelError::Length { .. })));
-    assert!(matches!(tg_kernels::get_rows_with(isa, &table, ty, 33, n_rows, &[0], &mut out[..33]), Err(KernelError::Quant(_))));
+    assert!(matches!(
+        tg_kernels::get_rows_with(isa, &table[1..], ty, row_len, n_rows, &[0, 1, 2], &mut out),
+        Err(KernelError::Length { .. })
+    ));
+    assert!(matches!(
+        tg_kernels::get_rows_with(isa, &table, ty, row_len, n_rows, &[0, 1], &mut out),
+        Err(KernelError::Length { .. })
+    ));
+    assert!(matches!(
+        tg_kernels::get_rows_with(isa, &table, ty, 33, n_rows, &[0], &mut out[..33]),
+        Err(KernelError::Quant(_))
+    ));
 }
 
 #[test]
@@ -199,7 +228,10 @@ fn unavailable_isa_is_an_error() {
     for isa in Isa::ALL {
         if !isa.is_available() {
             let mut y = [0.0f32; 1];
-            assert_eq!(matmul_qt_with(isa, &[1.0], 1, 1, &1.0f32.to_le_bytes(), GgmlType::F32, 1, &mut y), Err(KernelError::IsaUnavailable(isa)));
+            assert_eq!(
+                matmul_qt_with(isa, &[1.0], 1, 1, &1.0f32.to_le_bytes(), GgmlType::F32, 1, &mut y),
+                Err(KernelError::IsaUnavailable(isa))
+            );
         }
     }
 }

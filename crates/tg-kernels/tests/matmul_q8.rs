@@ -5,11 +5,13 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    matmul_qt_q8_ordered, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, matmul_qt_with, q8_activation_type, quantize_activations_with, GgmlType, Isa, KernelError, Q8Order,
+    matmul_qt_q8_ordered, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, matmul_qt_with, q8_activation_type,
+    quantize_activations_with, GgmlType, Isa, KernelError, Q8Order,
 };
 use tg_quant::{dequantize_row, f16_to_f32, f32_to_f16, quantize_row_q8_0, quantize_row_q8_k, random_blocks};
 
-const TYPES: [GgmlType; 6] = [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+const TYPES: [GgmlType; 6] =
+    [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
 fn isas() -> Vec<Isa> {
     let v = Isa::available();
@@ -286,13 +288,21 @@ fn threads_and_prequantization_do_not_change_results() {
             let y1 = run(1);
             assert!(y1.iter().all(|v| v.is_finite()));
             for t in [2, 3, 5] {
-                assert_eq!(run(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{isa} {ty} {t} threads");
+                assert_eq!(
+                    run(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{isa} {ty} {t} threads"
+                );
             }
             // Pre-quantized activations give the same bits.
             let xq = quantize_activations_with(isa, &x, m, k, q8_activation_type(ty).unwrap()).unwrap();
             let mut y2 = vec![f32::NAN; m * n];
             matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y2).unwrap();
-            assert_eq!(y2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{isa} {ty} pre");
+            assert_eq!(
+                y2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                y1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{isa} {ty} pre"
+            );
         }
     }
 }
@@ -332,7 +342,10 @@ fn float_weights_delegate_to_matmul_qt() {
             let mut b = vec![f32::NAN; m * n];
             matmul_qt_q8_with(isa, &x, m, k, &w, ty, n, &mut a).unwrap();
             matmul_qt_with(isa, &x, m, k, &w, ty, n, &mut b).unwrap();
-            assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            assert_eq!(
+                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
         }
     }
 }
@@ -361,7 +374,10 @@ fn bad_arguments_are_errors() {
         let xq = quantize_activations_with(isa, &x, m, k, other).unwrap();
         assert!(matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y).is_err());
         let xq = quantize_activations_with(isa, &x, m, k, q8_activation_type(ty).unwrap()).unwrap();
-        assert!(matches!(matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y[1..]), Err(KernelError::Length { .. })));
+        assert!(matches!(
+            matmul_qt_q8_pre_ordered(isa, Q8Order::Fast, &xq, &w, ty, n, &mut y[1..]),
+            Err(KernelError::Length { .. })
+        ));
     }
     // Types without an int8 kernel, and non-activation formats for the quantizer.
     for ty in [GgmlType::Q4_1, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q8_K] {
@@ -476,9 +492,10 @@ fn bit_identical_to_libggml_cpu() {
 
 /// The model file (`TG_MODEL` or the default path), if present.
 fn model_path() -> Option<std::path::PathBuf> {
-    let p = std::env::var_os("TG_MODEL")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf")))?;
+    let p = std::env::var_os("TG_MODEL").map(std::path::PathBuf::from).or_else(|| {
+        std::env::var_os("HOME")
+            .map(|h| std::path::Path::new(&h).join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf"))
+    })?;
     p.exists().then_some(p)
 }
 
@@ -544,10 +561,15 @@ fn heavy_tailed_activations_all_kernels_m_1_to_8() {
                     let mut y = vec![f32::NAN; m * n];
                     matmul_qt_q8_ordered(isa, order, &x[..m * k], m, k, w, ty, n, &mut y).unwrap();
                     worst = worst.max(check(&format!("{name} {isa} {order:?} m={m}"), &y, &r, m, n, k));
-                    let (num, den) = y.iter().zip(&r.y).fold((0.0, 0.0), |(a, b), (&v, &rv)| (a + (f64::from(v) - rv).powi(2), b + rv * rv));
+                    let (num, den) = y
+                        .iter()
+                        .zip(&r.y)
+                        .fold((0.0, 0.0), |(a, b), (&v, &rv)| (a + (f64::from(v) - rv).powi(2), b + rv * rv));
                     worst_nmse = worst_nmse.max(num / den);
                 }
-                eprintln!("{name:<26} {ty:<4} {isa:>6} {order:?} m=1..8: worst {worst:.3} × bound, NMSE ≤ {worst_nmse:.1e}");
+                eprintln!(
+                    "{name:<26} {ty:<4} {isa:>6} {order:?} m=1..8: worst {worst:.3} × bound, NMSE ≤ {worst_nmse:.1e}"
+                );
                 assert!(worst_nmse < 1e-12, "{name} {isa} {order:?}: NMSE {worst_nmse:e}");
             }
         }

@@ -16,12 +16,12 @@ mod plans;
 mod session;
 mod weights;
 
-pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
 pub use gemma3::{Gemma3, Gemma3Config, Logits};
-pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
 pub use session::SessionInfo;
-pub use tg_tokenizer::{StreamDecoder, Tokenizer};
+pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
+pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
 pub use weights::{GgufWeights, SafetensorsWeights};
+pub use tg_tokenizer::{StreamDecoder, Tokenizer};
 
 use thiserror::Error;
 

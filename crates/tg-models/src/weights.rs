@@ -1,8 +1,8 @@
-use crate::gemma3::WeightShapes;
-use crate::ModelError;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tg_gguf::GgufFile;
+use crate::gemma3::WeightShapes;
+use crate::ModelError;
 use tg_ir::{DType, WeightStore};
 use tg_quant::GgmlType;
 use tg_safetensors::{Dtype, SafetensorsFile};

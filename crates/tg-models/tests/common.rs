@@ -46,7 +46,9 @@ pub fn nmse(got: &[f32], want: &[f64]) -> f64 {
 /// The EmbeddingGemma folder: `TG_EMBED_MODEL`, else the default cache path. `None` (with a
 /// message) only when `TG_ALLOW_MISSING_MODEL=1`; otherwise a missing model fails the test.
 pub fn embed_model_dir() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_EMBED_MODEL").map(PathBuf::from).unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_EMBEDDING_MODEL));
+    let p = std::env::var_os("TG_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_EMBEDDING_MODEL));
     if p.join("modules.json").is_file() {
         return Some(p);
     }

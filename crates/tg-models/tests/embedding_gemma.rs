@@ -32,7 +32,10 @@ fn fixture() -> (serde_json::Value, Vec<Entry>) {
             prompt_name: e["prompt_name"].as_str().map(str::to_string),
             input_ids: e["input_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect(),
             embedding: f32s(&e["embedding"]),
-            truncated: e["embedding_truncated"].as_object().map(|o| o.iter().map(|(k, v)| (k.parse().unwrap(), f32s(v))).collect()).unwrap_or_default(),
+            truncated: e["embedding_truncated"]
+                .as_object()
+                .map(|o| o.iter().map(|(k, v)| (k.parse().unwrap(), f32s(v))).collect())
+                .unwrap_or_default(),
         })
         .collect();
     (d, entries)

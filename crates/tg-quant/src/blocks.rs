@@ -43,7 +43,9 @@ pub unsafe trait Block: Copy + Sized + 'static {
         }
         // SAFETY: length and alignment are checked above; `Self` is POD with no padding and
         // every bit pattern valid (trait contract), and the lifetime is tied to `bytes`.
-        Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / size) })
+        Some(unsafe {
+            std::slice::from_raw_parts(bytes.as_ptr().cast::<Self>(), bytes.len() / size)
+        })
     }
 
     /// Reads one block from the start of `bytes` (any alignment). `None` if too short.
@@ -60,7 +62,12 @@ pub unsafe trait Block: Copy + Sized + 'static {
     /// The block's bytes.
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: POD without padding, so all `size_of::<Self>()` bytes are initialized.
-        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                std::mem::size_of::<Self>(),
+            )
+        }
     }
 }
 

@@ -56,10 +56,19 @@ fn le_f16(b: &[u8], at: usize) -> f32 {
 pub fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     check_supported(ty)?;
     if block.len() != ty.type_size() {
-        return Err(QuantError::WrongByteLength { ty: ty.name(), n: ty.block_size(), expected: ty.type_size(), got: block.len() });
+        return Err(QuantError::WrongByteLength {
+            ty: ty.name(),
+            n: ty.block_size(),
+            expected: ty.type_size(),
+            got: block.len(),
+        });
     }
     if out.len() != ty.block_size() {
-        return Err(QuantError::RowNotBlockMultiple { ty: ty.name(), n: out.len(), block: ty.block_size() });
+        return Err(QuantError::RowNotBlockMultiple {
+            ty: ty.name(),
+            n: out.len(),
+            block: ty.block_size(),
+        });
     }
     dequant_unchecked(ty, block, out);
     Ok(())
@@ -74,7 +83,12 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
     check_supported(ty)?;
     let expected = ty.row_bytes(dst.len())?;
     if src.len() != expected {
-        return Err(QuantError::WrongByteLength { ty: ty.name(), n: dst.len(), expected, got: src.len() });
+        return Err(QuantError::WrongByteLength {
+            ty: ty.name(),
+            n: dst.len(),
+            expected,
+            got: src.len(),
+        });
     }
     let (bs, ts) = (ty.block_size(), ty.type_size());
     match ty {
@@ -104,7 +118,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Q
 }
 
 /// Dequantizes a whole tensor given as raw bytes into a new vector of `n_elements` floats.
-pub fn dequantize_to_vec(ty: GgmlType, src: &[u8], n_elements: usize) -> Result<Vec<f32>, QuantError> {
+pub fn dequantize_to_vec(
+    ty: GgmlType,
+    src: &[u8],
+    n_elements: usize,
+) -> Result<Vec<f32>, QuantError> {
     let mut out = vec![0f32; n_elements];
     dequantize_row(ty, src, &mut out)?;
     Ok(out)
@@ -335,11 +353,31 @@ mod tests {
     #[test]
     fn rejects_bad_lengths_and_types() {
         let mut out = [f32::NAN; 32];
-        assert!(matches!(dequantize_row(GgmlType::Q4_0, &[0u8; 17], &mut out), Err(QuantError::WrongByteLength { expected: 18, got: 17, .. })));
+        assert!(matches!(
+            dequantize_row(GgmlType::Q4_0, &[0u8; 17], &mut out),
+            Err(QuantError::WrongByteLength {
+                expected: 18,
+                got: 17,
+                ..
+            })
+        ));
         let mut odd = [0f32; 31];
-        assert!(matches!(dequantize_row(GgmlType::Q4_0, &[0u8; 18], &mut odd), Err(QuantError::RowNotBlockMultiple { n: 31, block: 32, .. })));
-        assert!(matches!(dequantize_row(GgmlType::Q8_1, &[0u8; 36], &mut out), Err(QuantError::Unsupported("Q8_1"))));
-        assert!(matches!(dequantize_row(GgmlType::I32, &[0u8; 128], &mut out), Err(QuantError::Unsupported("I32"))));
+        assert!(matches!(
+            dequantize_row(GgmlType::Q4_0, &[0u8; 18], &mut odd),
+            Err(QuantError::RowNotBlockMultiple {
+                n: 31,
+                block: 32,
+                ..
+            })
+        ));
+        assert!(matches!(
+            dequantize_row(GgmlType::Q8_1, &[0u8; 36], &mut out),
+            Err(QuantError::Unsupported("Q8_1"))
+        ));
+        assert!(matches!(
+            dequantize_row(GgmlType::I32, &[0u8; 128], &mut out),
+            Err(QuantError::Unsupported("I32"))
+        ));
         assert!(dequantize_block(GgmlType::Q8_0, &[0u8; 34], &mut out[..31]).is_err());
     }
 

@@ -14,10 +14,14 @@ pub mod quantize;
 pub mod random;
 
 pub use blocks::{
-    get_scale_min_k4, unpack_q3k_scales, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-    K_SCALE_SIZE, QK32, QK_K,
+    get_scale_min_k4, unpack_q3k_scales, Block, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, K_SCALE_SIZE, QK32,
+    QK_K,
 };
-pub use dequant::{bf16_to_f32, can_dequantize, dequantize_block, dequantize_row, dequantize_to_vec, f16_to_f32, f32_to_f16};
+pub use dequant::{
+    bf16_to_f32, can_dequantize, dequantize_block, dequantize_row, dequantize_to_vec, f16_to_f32,
+    f32_to_f16,
+};
 pub use quantize::{quantize_row_q8_0, quantize_row_q8_k};
 pub use random::random_blocks;
 
@@ -136,7 +140,11 @@ impl GgmlType {
 
     /// Looks up a type by its GGUF id.
     pub fn from_id(id: u32) -> Result<GgmlType, QuantError> {
-        GgmlType::ALL.iter().copied().find(|t| *t as u32 == id).ok_or(QuantError::UnknownType(id))
+        GgmlType::ALL
+            .iter()
+            .copied()
+            .find(|t| *t as u32 == id)
+            .ok_or(QuantError::UnknownType(id))
     }
 
     /// The type's name as ggml spells it (`"Q4_K"`, `"F32"`).
@@ -168,8 +176,18 @@ impl GgmlType {
     /// Elements per block (1 for plain scalar types).
     pub const fn block_size(self) -> usize {
         match self {
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Q8_1 => 32,
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => 256,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q8_1 => 32,
+            GgmlType::Q2_K
+            | GgmlType::Q3_K
+            | GgmlType::Q4_K
+            | GgmlType::Q5_K
+            | GgmlType::Q6_K
+            | GgmlType::Q8_K => 256,
             _ => 1,
         }
     }
@@ -208,9 +226,15 @@ impl GgmlType {
         let b = self.block_size();
         let tail = n % b;
         if tail != 0 {
-            return Err(QuantError::RowNotBlockMultiple { ty: self.name(), n, block: b });
+            return Err(QuantError::RowNotBlockMultiple {
+                ty: self.name(),
+                n,
+                block: b,
+            });
         }
-        (n / b).checked_mul(self.type_size()).ok_or(QuantError::Overflow { ty: self.name(), n })
+        (n / b)
+            .checked_mul(self.type_size())
+            .ok_or(QuantError::Overflow { ty: self.name(), n })
     }
 }
 

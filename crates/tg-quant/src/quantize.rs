@@ -6,7 +6,12 @@ use crate::{GgmlType, QuantError};
 fn check(ty: GgmlType, src: &[f32], dst: &[u8]) -> Result<(), QuantError> {
     let expected = ty.row_bytes(src.len())?;
     if dst.len() != expected {
-        return Err(QuantError::WrongByteLength { ty: ty.name(), n: src.len(), expected, got: dst.len() });
+        return Err(QuantError::WrongByteLength {
+            ty: ty.name(),
+            n: src.len(),
+            expected,
+            got: dst.len(),
+        });
     }
     Ok(())
 }
@@ -129,8 +134,14 @@ mod tests {
                 assert!((a - b).abs() <= tol, "{a} vs {b} (amax {amax})");
             }
             for g in 0..16 {
-                let s: i32 = bq[4 + 16 * g..20 + 16 * g].iter().map(|&v| i32::from(v as i8)).sum();
-                assert_eq!(s, i32::from(i16::from_le_bytes([bq[260 + 2 * g], bq[261 + 2 * g]])));
+                let s: i32 = bq[4 + 16 * g..20 + 16 * g]
+                    .iter()
+                    .map(|&v| i32::from(v as i8))
+                    .sum();
+                assert_eq!(
+                    s,
+                    i32::from(i16::from_le_bytes([bq[260 + 2 * g], bq[261 + 2 * g]]))
+                );
             }
         }
         // The all-zero block has d == 0 and zero quants.

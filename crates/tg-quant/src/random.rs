@@ -32,7 +32,9 @@ fn put_f16(block: &mut [u8], at: usize, x: f32) {
 /// # Panics
 /// If `n_elements` is not a multiple of `ty.block_size()` (a test-setup bug).
 pub fn random_blocks(ty: GgmlType, n_elements: usize, seed: u64) -> Vec<u8> {
-    let n_bytes = ty.row_bytes(n_elements).unwrap_or_else(|e| panic!("random_blocks({ty}, {n_elements}): {e}"));
+    let n_bytes = ty
+        .row_bytes(n_elements)
+        .unwrap_or_else(|e| panic!("random_blocks({ty}, {n_elements}): {e}"));
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = vec![0u8; n_bytes];
     let ts = ty.type_size();
@@ -130,7 +132,10 @@ mod tests {
         let b = random_blocks(GgmlType::Q8_K, 512, 7);
         for blk in b.chunks_exact(292) {
             for g in 0..16 {
-                let s: i32 = blk[4 + 16 * g..4 + 16 * g + 16].iter().map(|&q| i32::from(q as i8)).sum();
+                let s: i32 = blk[4 + 16 * g..4 + 16 * g + 16]
+                    .iter()
+                    .map(|&q| i32::from(q as i8))
+                    .sum();
                 let stored = i16::from_le_bytes([blk[260 + 2 * g], blk[261 + 2 * g]]);
                 assert_eq!(s, i32::from(stored));
             }

@@ -18,18 +18,33 @@ fn hex(bytes: &[u8]) -> String {
 #[test]
 fn random_blocks_bit_exact_with_gguf_py() {
     let dir = fixture_dir();
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("random_manifest.json")).expect("random_manifest.json (run scripts/gen_quant_fixtures.py)")).expect("valid json");
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("random_manifest.json"))
+            .expect("random_manifest.json (run scripts/gen_quant_fixtures.py)"),
+    )
+    .expect("valid json");
     let types = manifest["types"].as_array().expect("types array");
     let mut seen = Vec::new();
     for entry in types {
         let name = entry["type"].as_str().unwrap();
         let n = entry["n_elements"].as_u64().unwrap() as usize;
-        let ty = GgmlType::ALL.iter().copied().find(|t| t.name() == name).expect("known type");
+        let ty = GgmlType::ALL
+            .iter()
+            .copied()
+            .find(|t| t.name() == name)
+            .expect("known type");
         let src = std::fs::read(dir.join(format!("random_{name}.bin"))).unwrap();
         let want = std::fs::read(dir.join(format!("random_{name}.f32"))).unwrap();
-        assert_eq!(hex(&Sha256::digest(&src)), entry["bin_sha256"].as_str().unwrap(), "{name} .bin corrupted");
-        assert_eq!(hex(&Sha256::digest(&want)), entry["f32_sha256"].as_str().unwrap(), "{name} .f32 corrupted");
+        assert_eq!(
+            hex(&Sha256::digest(&src)),
+            entry["bin_sha256"].as_str().unwrap(),
+            "{name} .bin corrupted"
+        );
+        assert_eq!(
+            hex(&Sha256::digest(&want)),
+            entry["f32_sha256"].as_str().unwrap(),
+            "{name} .f32 corrupted"
+        );
         assert_eq!(want.len(), 4 * n);
 
         // Whole row at once, output poisoned.
@@ -40,12 +55,19 @@ fn random_blocks_bit_exact_with_gguf_py() {
             let w = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
             if g.to_bits() != w {
                 if mismatches < 5 {
-                    eprintln!("{name}[{i}]: got {g:e} ({:#010x}), gguf-py {:e} ({w:#010x})", g.to_bits(), f32::from_bits(w));
+                    eprintln!(
+                        "{name}[{i}]: got {g:e} ({:#010x}), gguf-py {:e} ({w:#010x})",
+                        g.to_bits(),
+                        f32::from_bits(w)
+                    );
                 }
                 mismatches += 1;
             }
         }
-        assert_eq!(mismatches, 0, "{name}: {mismatches} of {n} elements differ from gguf-py");
+        assert_eq!(
+            mismatches, 0,
+            "{name}: {mismatches} of {n} elements differ from gguf-py"
+        );
 
         // Block by block gives the same bits.
         let (bs, ts) = (ty.block_size(), ty.type_size());
@@ -96,7 +118,11 @@ fn q8_k_matches_f64_reference() {
         let d = f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         for j in 0..256 {
             let want = (d * f64::from(b[4 + j] as i8)) as f32;
-            assert_eq!(got[k * 256 + j].to_bits(), want.to_bits(), "block {k} elem {j}");
+            assert_eq!(
+                got[k * 256 + j].to_bits(),
+                want.to_bits(),
+                "block {k} elem {j}"
+            );
         }
     }
 }
@@ -119,7 +145,11 @@ fn block_struct_docs_match_dequantizer() {
             let q = (blk.qs[32 * c + j] >> (4 * h)) & 15;
             let (sc, m) = get_scale_min_k4(e / 32, &blk.scales);
             let x = f16_to_f32(blk.d) * sc as f32 * q as f32 - f16_to_f32(blk.dmin) * m as f32;
-            assert_eq!(x.to_bits(), want[k * 256 + e].to_bits(), "Q4_K block {k} elem {e}");
+            assert_eq!(
+                x.to_bits(),
+                want[k * 256 + e].to_bits(),
+                "Q4_K block {k} elem {e}"
+            );
         }
     }
 
@@ -134,7 +164,11 @@ fn block_struct_docs_match_dequantizer() {
             let hi = (blk.qh[32 * h + j] >> (2 * s)) & 3;
             let q = (lo | (hi << 4)) as i32 - 32;
             let x = f16_to_f32(blk.d) * blk.scales[e / 16] as f32 * q as f32;
-            assert_eq!(x.to_bits(), want[k * 256 + e].to_bits(), "Q6_K block {k} elem {e}");
+            assert_eq!(
+                x.to_bits(),
+                want[k * 256 + e].to_bits(),
+                "Q6_K block {k} elem {e}"
+            );
         }
     }
 
@@ -149,7 +183,11 @@ fn block_struct_docs_match_dequantizer() {
             let hbit = (blk.hmask[e % 32] >> (e / 32)) & 1;
             let q = if hbit == 0 { low - 4 } else { low };
             let x = f16_to_f32(blk.d) * scales[e / 16] as f32 * q as f32;
-            assert_eq!(x.to_bits(), want[k * 256 + e].to_bits(), "Q3_K block {k} elem {e}");
+            assert_eq!(
+                x.to_bits(),
+                want[k * 256 + e].to_bits(),
+                "Q3_K block {k} elem {e}"
+            );
         }
     }
 
@@ -172,5 +210,8 @@ fn block_struct_docs_match_dequantizer() {
         }
     }
     assert!(BlockQ8_0::cast_slice(&bytes[..33]).is_none());
-    assert!(BlockQ8_0::cast_slice(&bytes[1..35]).is_none(), "misaligned must be refused");
+    assert!(
+        BlockQ8_0::cast_slice(&bytes[1..35]).is_none(),
+        "misaligned must be refused"
+    );
 }

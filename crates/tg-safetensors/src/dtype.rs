@@ -113,7 +113,9 @@ impl Dtype {
         match self {
             Dtype::F4 => 4,
             Dtype::F6E2M3 | Dtype::F6E3M2 => 6,
-            Dtype::Bool | Dtype::U8 | Dtype::I8 | Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F8E8M0 => 8,
+            Dtype::Bool | Dtype::U8 | Dtype::I8 | Dtype::F8E5M2 | Dtype::F8E4M3 | Dtype::F8E8M0 => {
+                8
+            }
             Dtype::I16 | Dtype::U16 | Dtype::F16 | Dtype::BF16 => 16,
             Dtype::I32 | Dtype::U32 | Dtype::F32 => 32,
             Dtype::C64 | Dtype::F64 | Dtype::I64 | Dtype::U64 => 64,

@@ -44,26 +44,48 @@ pub(crate) struct Parsed {
 pub(crate) fn parse(bytes: &[u8], file: &str) -> Result<Parsed, SafetensorsError> {
     let file_len = bytes.len() as u64;
     let Some(len_bytes) = bytes.first_chunk::<8>() else {
-        return Err(SafetensorsError::TooShort { file: file.to_string(), len: file_len });
+        return Err(SafetensorsError::TooShort {
+            file: file.to_string(),
+            len: file_len,
+        });
     };
     let header_len = u64::from_le_bytes(*len_bytes);
     if header_len > MAX_HEADER_LEN {
-        return Err(SafetensorsError::HeaderTooLarge { file: file.to_string(), header_len, limit: MAX_HEADER_LEN });
+        return Err(SafetensorsError::HeaderTooLarge {
+            file: file.to_string(),
+            header_len,
+            limit: MAX_HEADER_LEN,
+        });
     }
     // header_len <= MAX_HEADER_LEN, so neither this conversion nor `8 + n` overflows.
-    let header_end = usize::try_from(header_len).ok().and_then(|n| n.checked_add(8)).filter(|&end| end <= bytes.len()).ok_or_else(|| SafetensorsError::HeaderOutOfBounds {
-        file: file.to_string(),
-        header_len,
-        file_len,
-    })?;
+    let header_end = usize::try_from(header_len)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .filter(|&end| end <= bytes.len())
+        .ok_or_else(|| SafetensorsError::HeaderOutOfBounds {
+            file: file.to_string(),
+            header_len,
+            file_len,
+        })?;
     let header = &bytes[8..header_end];
-    let text = std::str::from_utf8(header).map_err(|e| SafetensorsError::HeaderNotUtf8 { file: file.to_string(), file_offset: 8 + e.valid_up_to() as u64 })?;
-    let not_object = || SafetensorsError::HeaderNotObject { file: file.to_string(), found: text.chars().take(16).collect() };
+    let text = std::str::from_utf8(header).map_err(|e| SafetensorsError::HeaderNotUtf8 {
+        file: file.to_string(),
+        file_offset: 8 + e.valid_up_to() as u64,
+    })?;
+    let not_object = || SafetensorsError::HeaderNotObject {
+        file: file.to_string(),
+        found: text.chars().take(16).collect(),
+    };
     if !text.starts_with('{') {
         return Err(not_object());
     }
     // Depth 3: top-level object -> entry objects -> field arrays -> scalars.
-    let top = json::parse(text, 3).map_err(|e| SafetensorsError::InvalidJson { file: file.to_string(), line: e.line(), column: e.column(), message: e.to_string() })?;
+    let top = json::parse(text, 3).map_err(|e| SafetensorsError::InvalidJson {
+        file: file.to_string(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
     let Val::Obj(items) = top else {
         return Err(not_object());
     };
@@ -75,7 +97,10 @@ pub(crate) fn parse(bytes: &[u8], file: &str) -> Result<Parsed, SafetensorsError
     let mut checked = Vec::with_capacity(items.len());
     for (key, val) in items {
         if !seen.insert(key.clone()) {
-            return Err(SafetensorsError::DuplicateKey { file: file.to_string(), key });
+            return Err(SafetensorsError::DuplicateKey {
+                file: file.to_string(),
+                key,
+            });
         }
         if key == METADATA_KEY {
             metadata = parse_metadata(file, val)?;
@@ -88,25 +113,54 @@ pub(crate) fn parse(bytes: &[u8], file: &str) -> Result<Parsed, SafetensorsError
     for c in checked {
         let in_bounds = |x: u64| usize::try_from(x).ok().filter(|&x| x <= data_len);
         let (Some(begin), Some(end)) = (in_bounds(c.begin), in_bounds(c.end)) else {
-            return Err(SafetensorsError::OutOfBounds { file: file.to_string(), tensor: c.name, begin: c.begin, end: c.end, data_len: data_len as u64 });
+            return Err(SafetensorsError::OutOfBounds {
+                file: file.to_string(),
+                tensor: c.name,
+                begin: c.begin,
+                end: c.end,
+                data_len: data_len as u64,
+            });
         };
-        tensors.push(Entry { name: c.name, dtype: c.dtype, shape: c.shape, begin, end });
+        tensors.push(Entry {
+            name: c.name,
+            dtype: c.dtype,
+            shape: c.shape,
+            begin,
+            end,
+        });
     }
 
     // File order. Stable: header order among equal ranges (zero-size tensors).
     tensors.sort_by_key(|t| (t.begin, t.end));
     check_tiling(file, &tensors, data_len)?;
-    let index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-    Ok(Parsed { header_len: header_end - 8, tensors, index, metadata })
+    let index = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect();
+    Ok(Parsed {
+        header_len: header_end - 8,
+        tensors,
+        index,
+        metadata,
+    })
 }
 
 fn parse_metadata(file: &str, val: Val) -> Result<Vec<(String, String)>, SafetensorsError> {
-    let bad = |reason: String| SafetensorsError::InvalidMetadata { file: file.to_string(), reason };
+    let bad = |reason: String| SafetensorsError::InvalidMetadata {
+        file: file.to_string(),
+        reason,
+    };
     let entries = match val {
         Val::Obj(entries) => entries,
         // The reference implementation reads the field as an optional map.
         Val::Other(json::Kind::Null) => return Ok(Vec::new()),
-        other => return Err(bad(format!("expected an object of string values, found {}", other.describe()))),
+        other => {
+            return Err(bad(format!(
+                "expected an object of string values, found {}",
+                other.describe()
+            )))
+        }
     };
     let mut seen = HashSet::with_capacity(entries.len());
     let mut out = Vec::with_capacity(entries.len());
@@ -116,7 +170,12 @@ fn parse_metadata(file: &str, val: Val) -> Result<Vec<(String, String)>, Safeten
         }
         match v {
             Val::Str(s) => out.push((k, s)),
-            other => return Err(bad(format!("value of key {k:?} must be a string, found {}", other.describe()))),
+            other => {
+                return Err(bad(format!(
+                    "value of key {k:?} must be a string, found {}",
+                    other.describe()
+                )))
+            }
         }
     }
     Ok(out)
@@ -125,23 +184,41 @@ fn parse_metadata(file: &str, val: Val) -> Result<Vec<(String, String)>, Safeten
 /// Takes the non-negative integers of a JSON array, or says what is wrong.
 fn u64_array(field: &str, val: &Val) -> Result<Vec<u64>, String> {
     let Val::Arr(items) = val else {
-        return Err(format!("{field} must be an array of non-negative integers, found {}", val.describe()));
+        return Err(format!(
+            "{field} must be an array of non-negative integers, found {}",
+            val.describe()
+        ));
     };
     items
         .iter()
         .enumerate()
         .map(|(i, v)| match v {
             Val::U64(x) => Ok(*x),
-            other => Err(format!("{field}[{i}] must be a non-negative integer, found {}", other.describe())),
+            other => Err(format!(
+                "{field}[{i}] must be a non-negative integer, found {}",
+                other.describe()
+            )),
         })
         .collect()
 }
 
 fn parse_entry(file: &str, name: String, val: Val) -> Result<Checked, SafetensorsError> {
-    let invalid = |name: &str, reason: String| SafetensorsError::InvalidEntry { file: file.to_string(), tensor: name.to_string(), reason };
+    let invalid = |name: &str, reason: String| SafetensorsError::InvalidEntry {
+        file: file.to_string(),
+        tensor: name.to_string(),
+        reason,
+    };
     let fields = match val {
         Val::Obj(fields) => fields,
-        other => return Err(invalid(&name, format!("expected an object with dtype, shape and data_offsets, found {}", other.describe()))),
+        other => {
+            return Err(invalid(
+                &name,
+                format!(
+                    "expected an object with dtype, shape and data_offsets, found {}",
+                    other.describe()
+                ),
+            ))
+        }
     };
     let (mut dtype, mut shape, mut offsets) = (None, None, None);
     for (k, v) in &fields {
@@ -162,36 +239,88 @@ fn parse_entry(file: &str, name: String, val: Val) -> Result<Checked, Safetensor
     let offsets = offsets.ok_or_else(|| missing("data_offsets"))?;
 
     let Val::Str(dtype_name) = dtype else {
-        return Err(invalid(&name, format!("dtype must be a string, found {}", dtype.describe())));
+        return Err(invalid(
+            &name,
+            format!("dtype must be a string, found {}", dtype.describe()),
+        ));
     };
     let shape = u64_array("shape", shape).map_err(|r| invalid(&name, r))?;
     let offsets = u64_array("data_offsets", offsets).map_err(|r| invalid(&name, r))?;
     let [begin, end] = offsets[..] else {
-        return Err(invalid(&name, format!("data_offsets must have exactly 2 elements [begin, end], found {}", offsets.len())));
+        return Err(invalid(
+            &name,
+            format!(
+                "data_offsets must have exactly 2 elements [begin, end], found {}",
+                offsets.len()
+            ),
+        ));
     };
     let Some(dtype) = Dtype::from_name(dtype_name) else {
-        return Err(SafetensorsError::UnknownDtype { file: file.to_string(), tensor: name, dtype: dtype_name.clone() });
+        return Err(SafetensorsError::UnknownDtype {
+            file: file.to_string(),
+            tensor: name,
+            dtype: dtype_name.clone(),
+        });
     };
     if begin > end {
-        return Err(SafetensorsError::ReversedOffsets { file: file.to_string(), tensor: name, begin, end });
+        return Err(SafetensorsError::ReversedOffsets {
+            file: file.to_string(),
+            tensor: name,
+            begin,
+            end,
+        });
     }
 
     // Sizes. Strides are products of trailing dims, so the product of the *non-zero* dims
     // must fit (a zero dim does not make [2^40, 2^40, 0] safe to index), in bytes, in usize.
-    let overflow = |limit| SafetensorsError::ShapeOverflow { file: file.to_string(), tensor: name.clone(), dtype, shape: shape.clone(), limit };
-    let span = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1))).ok_or_else(|| overflow("element count exceeds 2^64-1"))?;
+    let overflow = |limit| SafetensorsError::ShapeOverflow {
+        file: file.to_string(),
+        tensor: name.clone(),
+        dtype,
+        shape: shape.clone(),
+        limit,
+    };
+    let span = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d.max(1)))
+        .ok_or_else(|| overflow("element count exceeds 2^64-1"))?;
     let span_bits = u128::from(span) * dtype.bits() as u128;
     if usize::try_from(span_bits.div_ceil(8)).is_err() {
         return Err(overflow("byte size exceeds the address space"));
     }
     let n_elements = if shape.contains(&0) { 0 } else { span };
-    let expected = dtype.bytes_for(n_elements).ok_or_else(|| SafetensorsError::PartialBytes { file: file.to_string(), tensor: name.clone(), dtype, n_elements })?;
+    let expected = dtype
+        .bytes_for(n_elements)
+        .ok_or_else(|| SafetensorsError::PartialBytes {
+            file: file.to_string(),
+            tensor: name.clone(),
+            dtype,
+            n_elements,
+        })?;
     // Every dim is at most `span`; this only fails on hosts with a usize below 64 bits.
-    let shape_usize: Vec<usize> = shape.iter().map(|&d| usize::try_from(d)).collect::<Result<_, _>>().map_err(|_| overflow("dimension exceeds the address space"))?;
+    let shape_usize: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| overflow("dimension exceeds the address space"))?;
     if end - begin != expected {
-        return Err(SafetensorsError::SizeMismatch { file: file.to_string(), tensor: name, dtype, shape: shape_usize, expected, begin, end });
+        return Err(SafetensorsError::SizeMismatch {
+            file: file.to_string(),
+            tensor: name,
+            dtype,
+            shape: shape_usize,
+            expected,
+            begin,
+            end,
+        });
     }
-    Ok(Checked { name, dtype, shape: shape_usize, begin, end })
+    Ok(Checked {
+        name,
+        dtype,
+        shape: shape_usize,
+        begin,
+        end,
+    })
 }
 
 /// The sorted ranges must tile the data section exactly: no overlap, no hole.
@@ -227,7 +356,13 @@ fn check_tiling(file: &str, tensors: &[Entry], data_len: usize) -> Result<(), Sa
         prev = Some(t);
     }
     if covered != data_len {
-        return Err(SafetensorsError::Hole { file: file.to_string(), begin: covered as u64, end: data_len as u64, after: prev.map(|p| p.name.clone()), before: None });
+        return Err(SafetensorsError::Hole {
+            file: file.to_string(),
+            begin: covered as u64,
+            end: data_len as u64,
+            after: prev.map(|p| p.name.clone()),
+            before: None,
+        });
     }
     Ok(())
 }

@@ -130,9 +130,13 @@ impl<'de> Visitor<'de> for ValVisitor {
         // Grow as elements arrive: the size hint of a JSON array is unknown anyway, and a
         // length is never trusted from the input.
         let mut items = Vec::new();
-        while let Some(v) = seq.next_element_seed(ValSeed { depth: self.depth - 1 })? {
+        while let Some(v) = seq.next_element_seed(ValSeed {
+            depth: self.depth - 1,
+        })? {
             if items.len() == MAX_JSON_ARRAY_LEN {
-                return Err(de::Error::custom(format_args!("array with more than {MAX_JSON_ARRAY_LEN} elements (the limit for shapes)")));
+                return Err(de::Error::custom(format_args!(
+                    "array with more than {MAX_JSON_ARRAY_LEN} elements (the limit for shapes)"
+                )));
             }
             items.push(v);
         }
@@ -146,7 +150,9 @@ impl<'de> Visitor<'de> for ValVisitor {
         }
         let mut entries = Vec::new();
         while let Some(k) = map.next_key::<String>()? {
-            let v = map.next_value_seed(ValSeed { depth: self.depth - 1 })?;
+            let v = map.next_value_seed(ValSeed {
+                depth: self.depth - 1,
+            })?;
             entries.push((k, v));
         }
         Ok(Val::Obj(entries))

@@ -105,7 +105,10 @@ impl SafetensorsFile {
     pub fn open(path: impl AsRef<Path>) -> Result<SafetensorsFile, SafetensorsError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let io = |source| SafetensorsError::Io { file: name.clone(), source };
+        let io = |source| SafetensorsError::Io {
+            file: name.clone(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < 8 {
@@ -123,23 +126,50 @@ impl SafetensorsFile {
     /// `name` stands for the file in errors. The data keeps the alignment of the vector's
     /// allocation, which the allocator does not promise beyond 1 byte for `Vec<u8>`; use
     /// [`from_bytes`](Self::from_bytes) when zero-copy typed access must work.
-    pub fn from_vec(bytes: Vec<u8>, name: impl Into<String>) -> Result<SafetensorsFile, SafetensorsError> {
+    pub fn from_vec(
+        bytes: Vec<u8>,
+        name: impl Into<String>,
+    ) -> Result<SafetensorsFile, SafetensorsError> {
         Self::build(Storage::Vec(bytes), name.into(), None)
     }
 
     /// Validates a copy of `bytes` held in a 64-byte-aligned buffer, so the data of each
     /// tensor is as aligned in memory as its offset in the file (like a memory map).
-    pub fn from_bytes(bytes: &[u8], name: impl Into<String>) -> Result<SafetensorsFile, SafetensorsError> {
+    pub fn from_bytes(
+        bytes: &[u8],
+        name: impl Into<String>,
+    ) -> Result<SafetensorsFile, SafetensorsError> {
         let mut buf = vec![Align64([0; 64]); bytes.len().div_ceil(64)];
         // SAFETY: `buf` has room for `bytes.len()` bytes and does not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.as_mut_ptr().cast::<u8>(), bytes.len()) };
-        let storage = Storage::Aligned { buf, len: bytes.len() };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                buf.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        let storage = Storage::Aligned {
+            buf,
+            len: bytes.len(),
+        };
         Self::build(storage, name.into(), None)
     }
 
-    fn build(storage: Storage, name: String, path: Option<PathBuf>) -> Result<SafetensorsFile, SafetensorsError> {
+    fn build(
+        storage: Storage,
+        name: String,
+        path: Option<PathBuf>,
+    ) -> Result<SafetensorsFile, SafetensorsError> {
         let p = header::parse(storage.bytes(), &name)?;
-        Ok(SafetensorsFile { storage, name, path, header_len: p.header_len, tensors: p.tensors, index: p.index, metadata: p.metadata })
+        Ok(SafetensorsFile {
+            storage,
+            name,
+            path,
+            header_len: p.header_len,
+            tensors: p.tensors,
+            index: p.index,
+            metadata: p.metadata,
+        })
     }
 
     /// The name used in errors (the path, or the name given to the in-memory constructors).
@@ -196,7 +226,10 @@ impl SafetensorsFile {
 
     /// The `__metadata__` value of `key`.
     pub fn metadata_value(&self, key: &str) -> Option<&str> {
-        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Number of tensors.
@@ -220,7 +253,10 @@ impl SafetensorsFile {
             .get(name)
             .and_then(|&i| self.tensors.get(i))
             .map(|e| self.view(e))
-            .ok_or_else(|| SafetensorsError::MissingTensor { file: self.name.clone(), tensor: name.to_string() })
+            .ok_or_else(|| SafetensorsError::MissingTensor {
+                file: self.name.clone(),
+                tensor: name.to_string(),
+            })
     }
 
     fn view<'a>(&'a self, e: &'a header::Entry) -> TensorView<'a> {
@@ -268,7 +304,12 @@ impl<'a> TensorView<'a> {
     }
 
     fn wrong_dtype(&self, expected: &'static str) -> SafetensorsError {
-        SafetensorsError::WrongDtype { file: self.file.to_string(), tensor: self.name.to_string(), expected, found: self.dtype }
+        SafetensorsError::WrongDtype {
+            file: self.file.to_string(),
+            tensor: self.name.to_string(),
+            expected,
+            found: self.dtype,
+        }
     }
 
     /// The data as `&[f32]`, borrowed from the file (zero-copy).
@@ -281,7 +322,10 @@ impl<'a> TensorView<'a> {
             return Err(self.wrong_dtype("F32"));
         }
         if cfg!(target_endian = "big") {
-            return Err(SafetensorsError::BigEndianHost { file: self.file.to_string(), tensor: self.name.to_string() });
+            return Err(SafetensorsError::BigEndianHost {
+                file: self.file.to_string(),
+                tensor: self.name.to_string(),
+            });
         }
         if self.data.is_empty() {
             return Ok(&[]);
@@ -289,22 +333,39 @@ impl<'a> TensorView<'a> {
         let align = std::mem::align_of::<f32>();
         let address = self.data.as_ptr() as usize;
         if !address.is_multiple_of(align) {
-            return Err(SafetensorsError::Misaligned { file: self.file.to_string(), tensor: self.name.to_string(), file_offset: self.file_offset as u64, address, align });
+            return Err(SafetensorsError::Misaligned {
+                file: self.file.to_string(),
+                tensor: self.name.to_string(),
+                file_offset: self.file_offset as u64,
+                address,
+                align,
+            });
         }
         // SAFETY: the pointer is aligned for f32 and valid for `data.len()` bytes, which is
         // a multiple of 4 (validated: n_elements * 4); every bit pattern is a valid f32;
         // the slice borrows the same storage for the same lifetime; the host is
         // little-endian like the file.
-        Ok(unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<f32>(), self.data.len() / 4) })
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.data.as_ptr().cast::<f32>(), self.data.len() / 4)
+        })
     }
 
     /// The elements converted to `f32` (a new vector), for `F32`, `F16` and `BF16`.
     pub fn to_f32_vec(&self) -> Result<Vec<f32>, SafetensorsError> {
         let d = self.data;
         Ok(match self.dtype {
-            Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::F16 => d.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::BF16 => d.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            Dtype::F32 => d
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => d
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => d
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
             _ => return Err(self.wrong_dtype("F32, F16 or BF16")),
         })
     }

@@ -55,13 +55,29 @@ impl SafetensorsWriter {
     }
 
     /// Adds a tensor given its raw little-endian bytes (row-major).
-    pub fn add_tensor(&mut self, name: impl Into<String>, dtype: Dtype, shape: &[usize], data: impl Into<Vec<u8>>) -> &mut Self {
-        self.tensors.push(Pending { name: name.into(), dtype, shape: shape.to_vec(), data: data.into() });
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: Dtype,
+        shape: &[usize],
+        data: impl Into<Vec<u8>>,
+    ) -> &mut Self {
+        self.tensors.push(Pending {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            data: data.into(),
+        });
         self
     }
 
     /// Adds an `F32` tensor.
-    pub fn add_f32(&mut self, name: impl Into<String>, shape: &[usize], values: &[f32]) -> &mut Self {
+    pub fn add_f32(
+        &mut self,
+        name: impl Into<String>,
+        shape: &[usize],
+        values: &[f32],
+    ) -> &mut Self {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, Dtype::F32, shape, data)
     }
@@ -82,7 +98,10 @@ impl SafetensorsWriter {
             if !names.insert(t.name.as_str()) {
                 return err(format!("duplicate tensor name {:?}", t.name));
             }
-            let n = t.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+            let n = t
+                .shape
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
             let expected = n.and_then(|n| t.dtype.bytes_for(n));
             if expected != Some(t.data.len() as u64) {
                 return err(format!(
@@ -90,7 +109,8 @@ impl SafetensorsWriter {
                     t.name,
                     t.dtype,
                     t.shape,
-                    expected.map_or("a non-representable number of".to_string(), |e| e.to_string()),
+                    expected.map_or("a non-representable number of".to_string(), |e| e
+                        .to_string()),
                     t.data.len()
                 ));
             }
@@ -101,7 +121,11 @@ impl SafetensorsWriter {
     /// The header JSON, padded with spaces to a multiple of 8 bytes.
     fn header(&self) -> Result<Vec<u8>, SafetensorsError> {
         self.check()?;
-        let json_str = |s: &str| serde_json::to_string(s).map_err(|e| SafetensorsError::Writer { reason: format!("cannot encode {s:?}: {e}") });
+        let json_str = |s: &str| {
+            serde_json::to_string(s).map_err(|e| SafetensorsError::Writer {
+                reason: format!("cannot encode {s:?}: {e}"),
+            })
+        };
         let mut h = String::from("{");
         if !self.metadata.is_empty() {
             h.push_str(&format!("{}:{{", json_str(METADATA_KEY)?));
@@ -120,7 +144,12 @@ impl SafetensorsWriter {
             }
             let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
             let end = offset + t.data.len();
-            h.push_str(&format!("{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}", json_str(&t.name)?, t.dtype.name(), shape.join(",")));
+            h.push_str(&format!(
+                "{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{end}]}}",
+                json_str(&t.name)?,
+                t.dtype.name(),
+                shape.join(",")
+            ));
             offset = end;
         }
         h.push('}');
@@ -144,7 +173,11 @@ impl SafetensorsWriter {
         let header = self.header()?;
         let data_len: usize = self.tensors.iter().map(|t| t.data.len()).sum();
         let mut out = Vec::with_capacity(8 + header.len() + data_len);
-        self.emit(&header, &mut out).map_err(|source| SafetensorsError::Io { file: "<memory>".to_string(), source })?;
+        self.emit(&header, &mut out)
+            .map_err(|source| SafetensorsError::Io {
+                file: "<memory>".to_string(),
+                source,
+            })?;
         Ok(out)
     }
 
@@ -155,14 +188,29 @@ impl SafetensorsWriter {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let path = path.as_ref();
         let header = self.header()?;
-        let io = |source| SafetensorsError::Io { file: path.display().to_string(), source };
-        let file_name = path.file_name().ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path")))?;
+        let io = |source| SafetensorsError::Io {
+            file: path.display().to_string(),
+            source,
+        };
+        let file_name = path.file_name().ok_or_else(|| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a file path",
+            ))
+        })?;
         let mut tmp_name = std::ffi::OsString::from(".");
         tmp_name.push(file_name);
-        tmp_name.push(format!(".tmp.{}.{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+        tmp_name.push(format!(
+            ".tmp.{}.{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
         let tmp = path.with_file_name(tmp_name);
         let result = (|| {
-            let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
             let mut out = std::io::BufWriter::new(file);
             self.emit(&header, &mut out)?;
             let file = out.into_inner().map_err(|e| e.into_error())?;

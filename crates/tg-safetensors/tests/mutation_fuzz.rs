@@ -37,7 +37,8 @@ fn synthetic_seeds(rng: &mut ChaCha8Rng) -> Vec<(String, Vec<u8>)> {
     let mut seeds = Vec::new();
 
     let mut w = SafetensorsWriter::new();
-    w.add_metadata("format", "pt").add_metadata("note", "x\"y\\z");
+    w.add_metadata("format", "pt")
+        .add_metadata("note", "x\"y\\z");
     let f32s: Vec<f32> = (0..24).map(|i| i as f32 * 0.25 - 3.0).collect();
     w.add_f32("f32.matrix", &[4, 6], &f32s)
         .add_f32("f32.scalar", &[], &[1.5])
@@ -53,10 +54,14 @@ fn synthetic_seeds(rng: &mut ChaCha8Rng) -> Vec<(String, Vec<u8>)> {
     seeds.push(("synthetic-mixed".to_string(), w.to_bytes().unwrap()));
 
     let mut w = SafetensorsWriter::new();
-    w.add_f32("w", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).add_tensor("b", Dtype::BF16, &[2], [0x80u8, 0x3f, 0x00, 0x40]);
+    w.add_f32("w", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .add_tensor("b", Dtype::BF16, &[2], [0x80u8, 0x3f, 0x00, 0x40]);
     seeds.push(("synthetic-small".to_string(), w.to_bytes().unwrap()));
 
-    seeds.push(("synthetic-empty".to_string(), SafetensorsWriter::new().to_bytes().unwrap()));
+    seeds.push((
+        "synthetic-empty".to_string(),
+        SafetensorsWriter::new().to_bytes().unwrap(),
+    ));
     seeds
 }
 
@@ -69,7 +74,10 @@ fn real_header() -> Option<Vec<u8>> {
     f.read_exact(&mut len).ok()?;
     let n = u64::from_le_bytes(len);
     if n > 100_000_000 {
-        println!("{}: implausible header length {n}, not used", path.display());
+        println!(
+            "{}: implausible header length {n}, not used",
+            path.display()
+        );
         return None;
     }
     let mut out = len.to_vec();
@@ -91,8 +99,18 @@ fn condensed_real(header: &[u8], rng: &mut ChaCha8Rng) -> Vec<u8> {
             continue;
         }
         let dtype = Dtype::from_name(v["dtype"].as_str().unwrap()).unwrap();
-        let shape = v["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap().min(2) as usize).collect();
-        entries.push((v["data_offsets"][0].as_u64().unwrap(), k.clone(), dtype, shape));
+        let shape = v["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap().min(2) as usize)
+            .collect();
+        entries.push((
+            v["data_offsets"][0].as_u64().unwrap(),
+            k.clone(),
+            dtype,
+            shape,
+        ));
     }
     entries.sort();
     for (_, name, dtype, shape) in entries {
@@ -102,7 +120,9 @@ fn condensed_real(header: &[u8], rng: &mut ChaCha8Rng) -> Vec<u8> {
     w.to_bytes().unwrap()
 }
 
-const INTERESTING_U8: [u8; 12] = [0, 1, 2, 0x7f, 0x80, 0xff, b'"', b'{', b'}', b'[', b',', b'0'];
+const INTERESTING_U8: [u8; 12] = [
+    0, 1, 2, 0x7f, 0x80, 0xff, b'"', b'{', b'}', b'[', b',', b'0',
+];
 const INTERESTING_NUMBERS: [&str; 20] = [
     "0",
     "1",
@@ -125,15 +145,27 @@ const INTERESTING_NUMBERS: [&str; 20] = [
     "[]",
     "1000000000000",
 ];
-const DTYPE_JUNK: [&str; 6] = ["F33", "", "f32", "F8_E4M3FN", "FLOAT", "\\u0046\\u0033\\u0032"];
-const TOKENS: [&str; 14] = ["null", "[]", "{}", "\"x\"", ",", "]", "}", "[", "{", ":", "\"", "0", "-0", "true"];
+const DTYPE_JUNK: [&str; 6] = [
+    "F33",
+    "",
+    "f32",
+    "F8_E4M3FN",
+    "FLOAT",
+    "\\u0046\\u0033\\u0032",
+];
+const TOKENS: [&str; 14] = [
+    "null", "[]", "{}", "\"x\"", ",", "]", "}", "[", "{", ":", "\"", "0", "-0", "true",
+];
 
 fn header_range(b: &[u8]) -> Range<usize> {
     if b.len() < 8 {
         return 0..0;
     }
     let n = u64::from_le_bytes(b[..8].try_into().unwrap());
-    let end = usize::try_from(n).unwrap_or(usize::MAX).saturating_add(8).min(b.len());
+    let end = usize::try_from(n)
+        .unwrap_or(usize::MAX)
+        .saturating_add(8)
+        .min(b.len());
     8..end
 }
 
@@ -141,7 +173,9 @@ fn find_all(h: &[u8], pat: &[u8]) -> Vec<usize> {
     if h.len() < pat.len() {
         return Vec::new();
     }
-    (0..=h.len() - pat.len()).filter(|&i| &h[i..i + pat.len()] == pat).collect()
+    (0..=h.len() - pat.len())
+        .filter(|&i| &h[i..i + pat.len()] == pat)
+        .collect()
 }
 
 /// Byte ranges of runs of ASCII digits.
@@ -208,7 +242,11 @@ fn json_edit(rng: &mut ChaCha8Rng, h: &mut Vec<u8>) -> Option<String> {
             // A dtype string.
             let p = pick(rng, &find_all(h, b"\"dtype\":\""))? + 9;
             let end = h[p..].iter().position(|&c| c == b'"')? + p;
-            let new = if rng.gen_ratio(3, 4) { Dtype::ALL[rng.gen_range(0..Dtype::ALL.len())].name() } else { DTYPE_JUNK[rng.gen_range(0..DTYPE_JUNK.len())] };
+            let new = if rng.gen_ratio(3, 4) {
+                Dtype::ALL[rng.gen_range(0..Dtype::ALL.len())].name()
+            } else {
+                DTYPE_JUNK[rng.gen_range(0..DTYPE_JUNK.len())]
+            };
             h.splice(p..end, new.bytes());
             Some(format!("dtype @{p} -> {new:?}"))
         }
@@ -246,7 +284,10 @@ fn json_edit(rng: &mut ChaCha8Rng, h: &mut Vec<u8>) -> Option<String> {
             let t2 = h[second.clone()].to_vec();
             h.splice(second.clone(), t1);
             h.splice(first.clone(), t2);
-            Some(format!("swap data_offsets @{} and @{}", first.start, second.start))
+            Some(format!(
+                "swap data_offsets @{} and @{}",
+                first.start, second.start
+            ))
         }
         8 => {
             // Move a range keeping its size (overlaps, holes), or copy another one's range.
@@ -280,14 +321,19 @@ fn json_edit(rng: &mut ChaCha8Rng, h: &mut Vec<u8>) -> Option<String> {
         }
         6 => {
             // Splice a token after a structural character.
-            let structural: Vec<usize> = (0..h.len()).filter(|&i| b"{}[],:".contains(&h[i])).collect();
+            let structural: Vec<usize> = (0..h.len())
+                .filter(|&i| b"{}[],:".contains(&h[i]))
+                .collect();
             let p = pick(rng, &structural)? + 1;
             let tok = TOKENS[rng.gen_range(0..TOKENS.len())];
             if rng.gen() {
                 h.splice(p..p, tok.bytes());
                 Some(format!("insert {tok:?} @{p}"))
             } else {
-                let end = h[p..].iter().position(|c| b"{}[],:".contains(c)).map_or(h.len(), |e| e + p);
+                let end = h[p..]
+                    .iter()
+                    .position(|c| b"{}[],:".contains(c))
+                    .map_or(h.len(), |e| e + p);
                 h.splice(p..end, tok.bytes());
                 Some(format!("replace @{p}..{end} by {tok:?}"))
             }
@@ -411,16 +457,28 @@ fn exercise(input: &[u8]) -> Option<String> {
     assert!(f.header_json().starts_with('{'));
     let mut next = f.data_offset();
     for t in f.tensors() {
-        assert_eq!(t.file_offset, next, "{}: tensors must tile the data section", t.name);
+        assert_eq!(
+            t.file_offset, next,
+            "{}: tensors must tile the data section",
+            t.name
+        );
         next += t.data.len();
         let n = t.n_elements();
-        assert_eq!(Some(t.data.len() as u64), t.dtype.bytes_for(n as u64), "{}", t.name);
+        assert_eq!(
+            Some(t.data.len() as u64),
+            t.dtype.bytes_for(n as u64),
+            "{}",
+            t.name
+        );
         assert_eq!(f.tensor(t.name).unwrap(), t);
         match t.dtype {
             Dtype::F32 | Dtype::F16 | Dtype::BF16 => {
                 assert_eq!(t.to_f32_vec().unwrap().len(), n)
             }
-            _ => assert!(matches!(t.to_f32_vec(), Err(SafetensorsError::WrongDtype { .. }))),
+            _ => assert!(matches!(
+                t.to_f32_vec(),
+                Err(SafetensorsError::WrongDtype { .. })
+            )),
         }
         match (t.dtype, t.as_f32_slice()) {
             (Dtype::F32, Ok(s)) => assert_eq!(s.len(), n),
@@ -463,7 +521,9 @@ fn run(name: &str, seed_bytes: &[u8], iters: u64, base_seed: u64, stats: &mut St
                 }
             }
             Err(_) => {
-                let out = std::env::temp_dir().join(format!("safetensors-crasher-{name}-{iter_seed:016x}.safetensors"));
+                let out = std::env::temp_dir().join(format!(
+                    "safetensors-crasher-{name}-{iter_seed:016x}.safetensors"
+                ));
                 let _ = std::fs::write(&out, &input);
                 panic!(
                     "PANIC on seed {name:?}, base seed {base_seed:#x}, iteration {i} (iter seed \
@@ -476,7 +536,10 @@ fn run(name: &str, seed_bytes: &[u8], iters: u64, base_seed: u64, stats: &mut St
 }
 
 fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().and_then(|s| s.parse().ok()).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -501,26 +564,55 @@ fn mutated_inputs_never_panic() {
     let mut stats = Stats::default();
     let per_seed = iters.div_ceil(seeds.len() as u64);
     for (k, (name, s)) in seeds.iter().enumerate() {
-        run(name, s, per_seed, base_seed.wrapping_add(k as u64 + 1), &mut stats);
+        run(
+            name,
+            s,
+            per_seed,
+            base_seed.wrapping_add(k as u64 + 1),
+            &mut stats,
+        );
     }
     if let Some(h) = &real {
         // The verbatim header without data: rejected (OutOfBounds at the latest), but every
         // mutation of it goes through the JSON parser and each entry's own checks.
         assert_eq!(exercise(h).as_deref(), Some("OutOfBounds"));
-        run("real-header", h, real_iters, base_seed.wrapping_add(1000), &mut stats);
+        run(
+            "real-header",
+            h,
+            real_iters,
+            base_seed.wrapping_add(1000),
+            &mut stats,
+        );
     }
     let rejected: u64 = stats.rejected.values().sum();
-    println!("mutation_fuzz: {} inputs in {:?}: {} accepted, {} rejected, no panic", stats.inputs, t0.elapsed(), stats.accepted, rejected);
+    println!(
+        "mutation_fuzz: {} inputs in {:?}: {} accepted, {} rejected, no panic",
+        stats.inputs,
+        t0.elapsed(),
+        stats.accepted,
+        rejected
+    );
     println!("mutation_fuzz: rejections by error: {:?}", stats.rejected);
     println!(
         "mutation_fuzz: seeds: {:?}",
-        seeds.iter().map(|(n, s)| format!("{n} ({} B)", s.len())).chain(real.iter().map(|h| format!("real-header ({} B)", h.len()))).collect::<Vec<_>>()
+        seeds
+            .iter()
+            .map(|(n, s)| format!("{n} ({} B)", s.len()))
+            .chain(real.iter().map(|h| format!("real-header ({} B)", h.len())))
+            .collect::<Vec<_>>()
     );
     assert!(stats.inputs >= iters);
     // The fuzzer must reach deep: some inputs stay valid, and the checks past the JSON
     // parser are hit.
     assert!(stats.accepted > 0);
-    for v in ["InvalidEntry", "UnknownDtype", "SizeMismatch", "Overlap", "Hole", "HeaderOutOfBounds"] {
+    for v in [
+        "InvalidEntry",
+        "UnknownDtype",
+        "SizeMismatch",
+        "Overlap",
+        "Hole",
+        "HeaderOutOfBounds",
+    ] {
         assert!(stats.rejected.contains_key(v), "no input rejected with {v}");
     }
 }

@@ -31,7 +31,15 @@ fn random_shape(rng: &mut ChaCha8Rng, dtype: Dtype) -> Vec<usize> {
 }
 
 fn random_data(rng: &mut ChaCha8Rng, dtype: Dtype, n_bytes: usize) -> Vec<u8> {
-    (0..n_bytes).map(|_| if dtype == Dtype::Bool { rng.gen_range(0..2) } else { rng.gen() }).collect()
+    (0..n_bytes)
+        .map(|_| {
+            if dtype == Dtype::Bool {
+                rng.gen_range(0..2)
+            } else {
+                rng.gen()
+            }
+        })
+        .collect()
 }
 
 fn check(f: &SafetensorsFile, expect: &[Expect], metadata: &[(String, String)]) {
@@ -67,7 +75,10 @@ fn roundtrip_every_dtype_odd_shapes_scalars_zero_size_metadata() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let metadata: Vec<(String, String)> = vec![
         ("format".into(), "pt".into()),
-        ("quotes \"and\" \\slashes\\".into(), "line\nbreak\ttab \u{1} ctl".into()),
+        (
+            "quotes \"and\" \\slashes\\".into(),
+            "line\nbreak\ttab \u{1} ctl".into(),
+        ),
         ("unicode ▁wörld 🙂".into(), "".into()),
         ("".into(), "empty key".into()),
     ];
@@ -88,12 +99,25 @@ fn roundtrip_every_dtype_odd_shapes_scalars_zero_size_metadata() {
                 let data = random_data(&mut rng, dtype, n * dtype.bits() / 8);
                 let name = format!("t{round}.{i}.{j}.{dtype}");
                 w.add_tensor(name.clone(), dtype, &shape, data.clone());
-                expect.push(Expect { name, dtype, shape, data });
+                expect.push(Expect {
+                    name,
+                    dtype,
+                    shape,
+                    data,
+                });
             }
         }
         let bytes = w.to_bytes().unwrap();
-        check(&SafetensorsFile::from_bytes(&bytes, "aligned").unwrap(), &expect, &metadata);
-        check(&SafetensorsFile::from_vec(bytes.clone(), "vec").unwrap(), &expect, &metadata);
+        check(
+            &SafetensorsFile::from_bytes(&bytes, "aligned").unwrap(),
+            &expect,
+            &metadata,
+        );
+        check(
+            &SafetensorsFile::from_vec(bytes.clone(), "vec").unwrap(),
+            &expect,
+            &metadata,
+        );
         if round == 0 {
             let dir = common::scratch_dir("roundtrip");
             let path = dir.join("all.safetensors");
@@ -112,7 +136,10 @@ fn empty_file_and_metadata_only() {
     let bytes = SafetensorsWriter::new().to_bytes().unwrap();
     assert_eq!(&bytes[8..], b"{}      ");
     let f = SafetensorsFile::from_bytes(&bytes, "empty").unwrap();
-    assert_eq!((f.n_tensors(), f.metadata().len(), f.data_section().len()), (0, 0, 0));
+    assert_eq!(
+        (f.n_tensors(), f.metadata().len(), f.data_section().len()),
+        (0, 0, 0)
+    );
 
     let mut w = SafetensorsWriter::new();
     w.add_metadata("k", "v");
@@ -124,12 +151,11 @@ fn empty_file_and_metadata_only() {
 #[test]
 fn scalar_and_zero_size_views() {
     let mut w = SafetensorsWriter::new();
-    w.add_f32("scalar", &[], &[2.5]).add_f32("empty_a", &[0], &[]).add_f32("empty_b", &[3, 0, 2], &[]).add_f32("v", &[3], &[1.0, -2.0, 3.5]).add_tensor(
-        "empty_c",
-        Dtype::BF16,
-        &[0, 5],
-        Vec::new(),
-    );
+    w.add_f32("scalar", &[], &[2.5])
+        .add_f32("empty_a", &[0], &[])
+        .add_f32("empty_b", &[3, 0, 2], &[])
+        .add_f32("v", &[3], &[1.0, -2.0, 3.5])
+        .add_tensor("empty_c", Dtype::BF16, &[0, 5], Vec::new());
     let f = SafetensorsFile::from_bytes(&w.to_bytes().unwrap(), "z").unwrap();
     let s = f.tensor("scalar").unwrap();
     assert_eq!((s.shape, s.n_elements()), (&[][..], 1));
@@ -139,8 +165,16 @@ fn scalar_and_zero_size_views() {
         assert_eq!((t.n_elements(), t.data.len()), (0, 0));
         assert!(t.to_f32_vec().unwrap().is_empty());
     }
-    assert!(f.tensor("empty_b").unwrap().as_f32_slice().unwrap().is_empty());
-    assert_eq!(f.tensor("v").unwrap().to_f32_vec().unwrap(), vec![1.0, -2.0, 3.5]);
+    assert!(f
+        .tensor("empty_b")
+        .unwrap()
+        .as_f32_slice()
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        f.tensor("v").unwrap().to_f32_vec().unwrap(),
+        vec![1.0, -2.0, 3.5]
+    );
     // File order: zero-size tensors sit at their offsets, header order among ties.
     let names: Vec<_> = f.tensors().map(|t| t.name).collect();
     assert_eq!(names, ["scalar", "empty_a", "empty_b", "v", "empty_c"]);
@@ -188,20 +222,29 @@ fn same(a: f32, b: f32) -> bool {
 fn f16_and_bf16_to_f32_exhaustive() {
     let all: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
     let mut w = SafetensorsWriter::new();
-    w.add_tensor("h", Dtype::F16, &[256, 256], all.clone()).add_tensor("b", Dtype::BF16, &[65536], all);
+    w.add_tensor("h", Dtype::F16, &[256, 256], all.clone())
+        .add_tensor("b", Dtype::BF16, &[65536], all);
     let f = SafetensorsFile::from_bytes(&w.to_bytes().unwrap(), "half").unwrap();
     let h = f.tensor("h").unwrap().to_f32_vec().unwrap();
     let b = f.tensor("b").unwrap().to_f32_vec().unwrap();
     assert_eq!((h.len(), b.len()), (65536, 65536));
     for bits in 0..=u16::MAX {
         let i = usize::from(bits);
-        assert!(same(h[i], f16_reference(bits)), "f16 {bits:#06x}: {} vs {}", h[i], f16_reference(bits));
+        assert!(
+            same(h[i], f16_reference(bits)),
+            "f16 {bits:#06x}: {} vs {}",
+            h[i],
+            f16_reference(bits)
+        );
         // bf16 is the top half of an f32.
         let want = f32::from_bits(u32::from(bits) << 16);
         assert!(same(b[i], want), "bf16 {bits:#06x}: {} vs {want}", b[i]);
     }
     // Spot values, in case both references above were wrong the same way.
-    assert_eq!((h[0x3c00], h[0xc000], h[0x7bff], h[0x0001]), (1.0, -2.0, 65504.0, 2f32.powi(-24)));
+    assert_eq!(
+        (h[0x3c00], h[0xc000], h[0x7bff], h[0x0001]),
+        (1.0, -2.0, 65504.0, 2f32.powi(-24))
+    );
     assert_eq!((b[0x3f80], b[0x4049]), (1.0, 3.140625));
 }
 
@@ -211,30 +254,58 @@ fn as_f32_slice_is_zero_copy_and_refuses_otherwise() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let vals: Vec<f32> = (0..37).map(|_| rng.gen_range(-10.0..10.0)).collect();
     let mut w = SafetensorsWriter::new();
-    w.add_f32("aligned", &[37], &vals).add_tensor("odd", Dtype::U8, &[1], [7u8]).add_f32("misaligned", &[37], &vals).add_tensor("ints", Dtype::I32, &[2], [0u8; 8]);
+    w.add_f32("aligned", &[37], &vals)
+        .add_tensor("odd", Dtype::U8, &[1], [7u8])
+        .add_f32("misaligned", &[37], &vals)
+        .add_tensor("ints", Dtype::I32, &[2], [0u8; 8]);
     let f = SafetensorsFile::from_bytes(&w.to_bytes().unwrap(), "zc").unwrap();
 
     let t = f.tensor("aligned").unwrap();
     let s = t.as_f32_slice().unwrap();
     assert_eq!(s, &vals[..]);
-    assert_eq!(s.as_ptr().cast::<u8>(), t.data.as_ptr(), "must borrow, not copy");
+    assert_eq!(
+        s.as_ptr().cast::<u8>(),
+        t.data.as_ptr(),
+        "must borrow, not copy"
+    );
     assert_eq!(t.data.as_ptr(), f.bytes()[t.file_offset..].as_ptr());
 
     let t = f.tensor("misaligned").unwrap();
-    assert_eq!(t.file_offset % 4, (f.tensor("aligned").unwrap().file_offset + 1) % 4);
+    assert_eq!(
+        t.file_offset % 4,
+        (f.tensor("aligned").unwrap().file_offset + 1) % 4
+    );
     let e = t.as_f32_slice().unwrap_err();
-    assert!(matches!(e, SafetensorsError::Misaligned { align: 4, .. }), "{e}");
+    assert!(
+        matches!(e, SafetensorsError::Misaligned { align: 4, .. }),
+        "{e}"
+    );
     let msg = e.to_string();
-    assert!(msg.contains("\"misaligned\"") && msg.contains("zc") && msg.contains("4-byte"), "{msg}");
+    assert!(
+        msg.contains("\"misaligned\"") && msg.contains("zc") && msg.contains("4-byte"),
+        "{msg}"
+    );
     // The copying path still works.
     assert_eq!(t.to_f32_vec().unwrap(), vals);
 
     let t = f.tensor("ints").unwrap();
     let e = t.as_f32_slice().unwrap_err();
-    assert!(matches!(e, SafetensorsError::WrongDtype { found: Dtype::I32, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            SafetensorsError::WrongDtype {
+                found: Dtype::I32,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("\"ints\""), "{e}");
     let e = t.to_f32_vec().unwrap_err();
-    assert!(e.to_string().contains("F32, F16 or BF16") && e.to_string().contains("I32"), "{e}");
+    assert!(
+        e.to_string().contains("F32, F16 or BF16") && e.to_string().contains("I32"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -245,7 +316,10 @@ fn missing_tensor_names_tensor_and_file() {
     let e = f.tensor("absent.weight").unwrap_err();
     assert!(matches!(e, SafetensorsError::MissingTensor { .. }));
     let msg = e.to_string();
-    assert!(msg.contains("absent.weight") && msg.contains("some/file.safetensors"), "{msg}");
+    assert!(
+        msg.contains("absent.weight") && msg.contains("some/file.safetensors"),
+        "{msg}"
+    );
     assert!(!f.contains("absent.weight"));
 }
 
@@ -313,20 +387,32 @@ fn write_is_atomic_and_reports_io_errors() {
     bad.add_f32("x", &[3], &[1.0]);
     assert!(bad.write(&path).is_err());
     assert_eq!(std::fs::read(&path).unwrap(), w.to_bytes().unwrap());
-    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("m.safetensors")]);
     // A rename that fails (the target is a non-empty directory) removes the temporary.
     let sub = dir.join("sub");
     std::fs::create_dir_all(sub.join("inner")).unwrap();
     let e = w.write(&sub).unwrap_err();
     assert!(matches!(e, SafetensorsError::Io { .. }), "{e}");
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     names.sort();
-    assert_eq!(names, vec![std::ffi::OsString::from("m.safetensors"), "sub".into()]);
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("m.safetensors"), "sub".into()]
+    );
     // Writing into a missing directory names the path.
     let missing = dir.join("no/such/dir/m.safetensors");
     let e = w.write(&missing).unwrap_err();
-    assert!(matches!(e, SafetensorsError::Io { .. }) && e.to_string().contains("no/such/dir"), "{e}");
+    assert!(
+        matches!(e, SafetensorsError::Io { .. }) && e.to_string().contains("no/such/dir"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -334,13 +420,19 @@ fn write_is_atomic_and_reports_io_errors() {
 fn open_errors_name_the_path() {
     let dir = common::scratch_dir("open");
     let e = SafetensorsFile::open(dir.join("nope.safetensors")).unwrap_err();
-    assert!(matches!(e, SafetensorsError::Io { .. }) && e.to_string().contains("nope.safetensors"), "{e}");
+    assert!(
+        matches!(e, SafetensorsError::Io { .. }) && e.to_string().contains("nope.safetensors"),
+        "{e}"
+    );
     for len in [0usize, 7] {
         let p = dir.join(format!("short{len}.safetensors"));
         std::fs::write(&p, vec![1u8; len]).unwrap();
         let e = SafetensorsFile::open(&p).unwrap_err();
         assert!(matches!(e, SafetensorsError::TooShort { .. }), "{e}");
-        assert!(e.to_string().contains(&format!("short{len}.safetensors")), "{e}");
+        assert!(
+            e.to_string().contains(&format!("short{len}.safetensors")),
+            "{e}"
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let model = args.next().ok_or("usage: tokenize MODEL.gguf [FILE] [--special] [--ids] [--repeat N]")?;
+    let model = args
+        .next()
+        .ok_or("usage: tokenize MODEL.gguf [FILE] [--special] [--ids] [--repeat N]")?;
     let (mut file, mut special, mut print_ids, mut repeat) = (None, false, false, 1usize);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -38,7 +40,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ids = tok.encode(&text, false, special);
     }
     let dt = t3.elapsed() / repeat as u32;
-    eprintln!("{} bytes -> {} tokens in {dt:?} ({:.2} MB/s)", text.len(), ids.len(), text.len() as f64 / dt.as_secs_f64() / 1e6);
+    eprintln!(
+        "{} bytes -> {} tokens in {dt:?} ({:.2} MB/s)",
+        text.len(),
+        ids.len(),
+        text.len() as f64 / dt.as_secs_f64() / 1e6
+    );
     if print_ids {
         println!("{ids:?}");
     }

@@ -48,7 +48,19 @@ const CONTROL_TEXTS: &[&str] = &[
 
 /// Fill-in-the-middle pad / repository / file-separator texts: control
 /// tokens that also end generation.
-const FIM_EOG_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"];
+const FIM_EOG_TEXTS: &[&str] = &[
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
+];
 
 /// Texts of end-of-generation tokens (also made control tokens).
 const EOG_TEXTS: &[&str] = &[
@@ -81,7 +93,11 @@ const USER_DEFINED_TEXTS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>",
 
 /// Applies the text rules to `attrs` and extends `eog` (unsorted; the caller
 /// sorts and dedups). `text(id)` gives token texts; `lookup` maps text to id.
-pub(crate) fn apply_text_rules(lookup: impl Fn(&str) -> Option<u32>, attrs: &mut [u8], eog: &mut Vec<u32>) {
+pub(crate) fn apply_text_rules(
+    lookup: impl Fn(&str) -> Option<u32>,
+    attrs: &mut [u8],
+    eog: &mut Vec<u32>,
+) {
     for t in CONTROL_TEXTS {
         if let Some(id) = lookup(t) {
             attrs[id as usize] |= attr::CONTROL;

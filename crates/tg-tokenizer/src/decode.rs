@@ -22,7 +22,12 @@ pub struct StreamDecoder<'a> {
 impl<'a> StreamDecoder<'a> {
     /// A decoder over `tok`; `render_special` as in [`Tokenizer::decode`].
     pub fn new(tok: &'a Tokenizer, render_special: bool) -> StreamDecoder<'a> {
-        StreamDecoder { tok, render_special, pending: Vec::new(), first: true }
+        StreamDecoder {
+            tok,
+            render_special,
+            pending: Vec::new(),
+            first: true,
+        }
     }
 
     /// Adds one token; returns the text completed by it (often empty while a

@@ -8,7 +8,9 @@ pub enum TokenizerError {
     MissingKey(&'static str),
 
     /// A GGUF metadata key holds a value of the wrong type.
-    #[error("tokenizer metadata key `{key}` has the wrong type: expected {expected}, found {found}")]
+    #[error(
+        "tokenizer metadata key `{key}` has the wrong type: expected {expected}, found {found}"
+    )]
     WrongType {
         /// The metadata key.
         key: &'static str,
@@ -19,7 +21,9 @@ pub enum TokenizerError {
     },
 
     /// `tokenizer.ggml.model` names a tokenizer this crate does not implement.
-    #[error("unsupported tokenizer model `{0}` (only the SentencePiece model \"llama\" is supported)")]
+    #[error(
+        "unsupported tokenizer model `{0}` (only the SentencePiece model \"llama\" is supported)"
+    )]
     UnsupportedModel(String),
 
     /// The vocabulary has no tokens.

@@ -41,40 +41,73 @@ impl Vocab {
     /// Optional: the unknown, padding, eot and eom ids, `add_bos_token`
     /// (default true), `add_eos_token` (default false) and `add_space_prefix`
     /// (default true, llama.cpp's default for SentencePiece vocabularies).
-    pub fn from_metadata<'a>(get: impl Fn(&str) -> Option<&'a Value>) -> Result<Vocab, TokenizerError> {
+    pub fn from_metadata<'a>(
+        get: impl Fn(&str) -> Option<&'a Value>,
+    ) -> Result<Vocab, TokenizerError> {
         let require = |key: &'static str| get(key).ok_or(TokenizerError::MissingKey(key));
-        let wrong = |key: &'static str, expected: &'static str, found: String| TokenizerError::WrongType { key, expected, found };
+        let wrong =
+            |key: &'static str, expected: &'static str, found: String| TokenizerError::WrongType {
+                key,
+                expected,
+                found,
+            };
 
         let model_val = require(keys::MODEL)?;
-        let model = model_val.as_str().ok_or_else(|| wrong(keys::MODEL, "string", model_val.describe()))?;
+        let model = model_val
+            .as_str()
+            .ok_or_else(|| wrong(keys::MODEL, "string", model_val.describe()))?;
         if model != "llama" {
             return Err(TokenizerError::UnsupportedModel(model.to_string()));
         }
 
-        let array = |key: &'static str, expected: &'static str| -> Result<&'a [Value], TokenizerError> {
-            let v = require(key)?;
-            v.as_array().ok_or_else(|| wrong(key, expected, v.describe()))
+        let array =
+            |key: &'static str, expected: &'static str| -> Result<&'a [Value], TokenizerError> {
+                let v = require(key)?;
+                v.as_array()
+                    .ok_or_else(|| wrong(key, expected, v.describe()))
+            };
+        let elem_err = |key: &'static str, expected: &'static str, i: usize, v: &Value| {
+            wrong(key, expected, format!("element {i} is {}", v.describe()))
         };
-        let elem_err = |key: &'static str, expected: &'static str, i: usize, v: &Value| wrong(key, expected, format!("element {i} is {}", v.describe()));
 
         const STRINGS: &str = "array of strings";
         let tokens = array(keys::TOKENS, STRINGS)?
             .iter()
             .enumerate()
-            .map(|(i, v)| v.as_str().map(str::to_string).ok_or_else(|| elem_err(keys::TOKENS, STRINGS, i, v)))
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| elem_err(keys::TOKENS, STRINGS, i, v))
+            })
             .collect::<Result<Vec<_>, _>>()?;
 
         const FLOATS: &str = "array of f32";
-        let scores = array(keys::SCORES, FLOATS)?.iter().enumerate().map(|(i, v)| v.as_f32().ok_or_else(|| elem_err(keys::SCORES, FLOATS, i, v))).collect::<Result<Vec<_>, _>>()?;
+        let scores = array(keys::SCORES, FLOATS)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_f32()
+                    .ok_or_else(|| elem_err(keys::SCORES, FLOATS, i, v))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
 
         const INTS: &str = "array of i32";
-        let token_types =
-            array(keys::TOKEN_TYPE, INTS)?.iter().enumerate().map(|(i, v)| v.as_i32().ok_or_else(|| elem_err(keys::TOKEN_TYPE, INTS, i, v))).collect::<Result<Vec<_>, _>>()?;
+        let token_types = array(keys::TOKEN_TYPE, INTS)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_i32()
+                    .ok_or_else(|| elem_err(keys::TOKEN_TYPE, INTS, i, v))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
 
         let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             match get(key) {
                 None => Ok(None),
-                Some(v) => v.as_u32().map(Some).ok_or_else(|| wrong(key, "u32", v.describe())),
+                Some(v) => v
+                    .as_u32()
+                    .map(Some)
+                    .ok_or_else(|| wrong(key, "u32", v.describe())),
             }
         };
         let flag = |key: &'static str, default: bool| -> Result<bool, TokenizerError> {
@@ -120,7 +153,12 @@ mod tests {
     use super::*;
 
     fn meta() -> HashMap<&'static str, Value> {
-        let mut tokens: Vec<String> = vec!["<pad>".into(), "<eos>".into(), "<bos>".into(), "<unk>".into()];
+        let mut tokens: Vec<String> = vec![
+            "<pad>".into(),
+            "<eos>".into(),
+            "<bos>".into(),
+            "<unk>".into(),
+        ];
         let mut types = vec![3i32, 3, 3, 3];
         for b in 0..=255u8 {
             tokens.push(format!("<0x{b:02X}>"));
@@ -151,14 +189,24 @@ mod tests {
     fn reads_metadata() {
         let tok = load(&meta()).unwrap();
         assert_eq!(tok.vocab_size(), 265);
-        assert_eq!((tok.bos(), tok.eos(), tok.unk(), tok.pad()), (2, 1, Some(3), None));
+        assert_eq!(
+            (tok.bos(), tok.eos(), tok.unk(), tok.pad()),
+            (2, 1, Some(3), None)
+        );
         assert_eq!(tok.encode(" hi", true, false), vec![2, 264]);
         assert_eq!(tok.encode("hi", false, false), vec![261, 262]);
     }
 
     #[test]
     fn metadata_errors() {
-        for key in [keys::MODEL, keys::TOKENS, keys::SCORES, keys::TOKEN_TYPE, keys::BOS, keys::EOS] {
+        for key in [
+            keys::MODEL,
+            keys::TOKENS,
+            keys::SCORES,
+            keys::TOKEN_TYPE,
+            keys::BOS,
+            keys::EOS,
+        ] {
             let mut m = meta();
             m.remove(key);
             match load(&m) {
@@ -173,42 +221,88 @@ mod tests {
 
         let mut m = meta();
         m.insert(keys::SCORES, Value::from(vec![0.5f32; 3]));
-        assert!(matches!(load(&m), Err(TokenizerError::LengthMismatch { what: "scores", .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::LengthMismatch { what: "scores", .. })
+        ));
 
         let mut m = meta();
         m.insert(keys::TOKEN_TYPE, Value::from(vec![1i32; 266]));
-        assert!(matches!(load(&m), Err(TokenizerError::LengthMismatch { what: "token_type", .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::LengthMismatch {
+                what: "token_type",
+                ..
+            })
+        ));
 
         let mut m = meta();
         m.insert(keys::TOKENS, Value::from(vec![1u32, 2]));
         let e = load(&m).unwrap_err();
-        assert!(matches!(e, TokenizerError::WrongType { key: keys::TOKENS, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                TokenizerError::WrongType {
+                    key: keys::TOKENS,
+                    ..
+                }
+            ),
+            "{e}"
+        );
 
         let mut m = meta();
         m.insert(keys::TOKEN_TYPE, Value::from("x"));
-        assert!(matches!(load(&m), Err(TokenizerError::WrongType { key: keys::TOKEN_TYPE, .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::WrongType {
+                key: keys::TOKEN_TYPE,
+                ..
+            })
+        ));
 
         let mut m = meta();
         m.insert(keys::BOS, Value::from("x"));
-        assert!(matches!(load(&m), Err(TokenizerError::WrongType { key: keys::BOS, .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::WrongType { key: keys::BOS, .. })
+        ));
 
         let mut m = meta();
         m.insert(keys::BOS, Value::I32(-1));
-        assert!(matches!(load(&m), Err(TokenizerError::WrongType { key: keys::BOS, .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::WrongType { key: keys::BOS, .. })
+        ));
 
         let mut m = meta();
         m.insert(keys::EOS, Value::U32(265));
-        assert!(matches!(load(&m), Err(TokenizerError::SpecialTokenOutOfRange { which: "eos", id: 265, .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::SpecialTokenOutOfRange {
+                which: "eos",
+                id: 265,
+                ..
+            })
+        ));
 
         let mut m = meta();
         m.insert(keys::ADD_BOS, Value::U32(1));
-        assert!(matches!(load(&m), Err(TokenizerError::WrongType { key: keys::ADD_BOS, .. })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::WrongType {
+                key: keys::ADD_BOS,
+                ..
+            })
+        ));
 
         let mut m = meta();
         let mut types = vec![3i32; 4];
         types.extend([6; 256]);
         types.extend([1, 1, 1, 1, 7]);
         m.insert(keys::TOKEN_TYPE, Value::from(types));
-        assert!(matches!(load(&m), Err(TokenizerError::BadTokenType { id: 264, value: 7 })));
+        assert!(matches!(
+            load(&m),
+            Err(TokenizerError::BadTokenType { id: 264, value: 7 })
+        ));
     }
 }

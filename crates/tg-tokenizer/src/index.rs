@@ -29,7 +29,11 @@ pub(crate) struct TextIndex {
 
 impl std::fmt::Debug for TextIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TextIndex").field("tokens", &self.len()).field("text_bytes", &self.text.len()).field("slots", &self.slots.len()).finish()
+        f.debug_struct("TextIndex")
+            .field("tokens", &self.len())
+            .field("text_bytes", &self.text.len())
+            .field("slots", &self.slots.len())
+            .finish()
     }
 }
 
@@ -100,7 +104,9 @@ impl TextIndex {
     pub(crate) fn get(&self, id: u32) -> &str {
         let i = id as usize;
         // Offsets are boundaries between whole strings pushed by `push`.
-        self.text.get(self.offsets[i]..self.offsets[i + 1]).unwrap_or_default()
+        self.text
+            .get(self.offsets[i]..self.offsets[i + 1])
+            .unwrap_or_default()
     }
 
     /// The id of the token with exactly this text.

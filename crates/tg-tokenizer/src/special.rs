@@ -80,11 +80,19 @@ impl SpecialMatcher {
         let mut edges: FxHashMap<(u32, u8), u32> = FxHashMap::default();
         for (rank, (id, text, needs_parse_special)) in list.into_iter().enumerate() {
             m.any_always |= !needs_parse_special;
-            m.candidates.push(Candidate { id, len: text.len(), needs_parse_special });
+            m.candidates.push(Candidate {
+                id,
+                len: text.len(),
+                needs_parse_special,
+            });
             let mut node = 0u32;
             for (depth, &b) in text.iter().enumerate() {
                 let next_id = m.terminal.len() as u32;
-                let slot = if depth == 0 { &mut m.root[b as usize] } else { edges.entry((node, b)).or_insert(NO_CHILD) };
+                let slot = if depth == 0 {
+                    &mut m.root[b as usize]
+                } else {
+                    edges.entry((node, b)).or_insert(NO_CHILD)
+                };
                 if *slot == NO_CHILD {
                     *slot = next_id;
                     m.terminal.push(None);
@@ -125,7 +133,14 @@ impl SpecialMatcher {
     /// starting at an unclaimed position and covering no claimed byte, in
     /// text order, up to `max_len` bytes long. `claimed` is either empty
     /// (nothing claimed) or text-sized.
-    fn walk(&self, text: &[u8], parse_special: bool, claimed: &[bool], max_len: usize, mut f: impl FnMut(usize, usize)) {
+    fn walk(
+        &self,
+        text: &[u8],
+        parse_special: bool,
+        claimed: &[bool],
+        max_len: usize,
+        mut f: impl FnMut(usize, usize),
+    ) {
         let is_claimed = |i: usize| claimed.get(i).copied().unwrap_or(false);
         for pos in 0..text.len() {
             if is_claimed(pos) {
@@ -156,13 +171,22 @@ impl SpecialMatcher {
     }
 
     /// `partition`, replaying at most `budget` occurrences per batch.
-    fn partition_with_budget(&self, text: &[u8], parse_special: bool, budget: usize, out: &mut Vec<Fragment>) {
+    fn partition_with_budget(
+        &self,
+        text: &[u8],
+        parse_special: bool,
+        budget: usize,
+        out: &mut Vec<Fragment>,
+    ) {
         out.clear();
         if text.is_empty() {
             return;
         }
         if !parse_special && !self.any_always {
-            out.push(Fragment::Raw { start: 0, end: text.len() });
+            out.push(Fragment::Raw {
+                start: 0,
+                end: text.len(),
+            });
             return;
         }
 
@@ -186,7 +210,10 @@ impl SpecialMatcher {
             }
         });
         if total == 0 {
-            out.push(Fragment::Raw { start: 0, end: text.len() });
+            out.push(Fragment::Raw {
+                start: 0,
+                end: text.len(),
+            });
             return;
         }
         if total > budget {
@@ -209,11 +236,17 @@ impl SpecialMatcher {
             if total > budget {
                 occ.clear();
                 // Ranks are sorted by length, so rank `lo` is the longest.
-                self.walk(text, parse_special, &claimed, self.candidates[lo].len, |rank, pos| {
-                    if (lo..hi).contains(&rank) {
-                        occ.push((rank as u32, pos));
-                    }
-                });
+                self.walk(
+                    text,
+                    parse_special,
+                    &claimed,
+                    self.candidates[lo].len,
+                    |rank, pos| {
+                        if (lo..hi).contains(&rank) {
+                            occ.push((rank as u32, pos));
+                        }
+                    },
+                );
             }
 
             // Stable counting sort by rank: positions stay in text order
@@ -257,13 +290,19 @@ impl SpecialMatcher {
         let mut cursor = 0;
         for (pos, len, id) in matches {
             if pos > cursor {
-                out.push(Fragment::Raw { start: cursor, end: pos });
+                out.push(Fragment::Raw {
+                    start: cursor,
+                    end: pos,
+                });
             }
             out.push(Fragment::Token(id));
             cursor = pos + len;
         }
         if cursor < text.len() {
-            out.push(Fragment::Raw { start: cursor, end: text.len() });
+            out.push(Fragment::Raw {
+                start: cursor,
+                end: text.len(),
+            });
         }
     }
 }
@@ -273,10 +312,17 @@ mod tests {
     use super::*;
 
     /// The literal llama.cpp procedure, used as the oracle.
-    fn partition_naive(specials: &[(u32, &str, bool)], text: &str, parse_special: bool) -> Vec<Fragment> {
+    fn partition_naive(
+        specials: &[(u32, &str, bool)],
+        text: &str,
+        parse_special: bool,
+    ) -> Vec<Fragment> {
         let mut order: Vec<_> = specials.to_vec();
         order.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
-        let mut frags = vec![Fragment::Raw { start: 0, end: text.len() }];
+        let mut frags = vec![Fragment::Raw {
+            start: 0,
+            end: text.len(),
+        }];
         for (id, tok, needs) in order {
             if needs && !parse_special {
                 continue;
@@ -321,7 +367,11 @@ mod tests {
             (9, "b", true),
             (10, "ab", false),
         ];
-        let m = SpecialMatcher::new(specials.iter().map(|&(id, t, n)| (id, t.as_bytes().to_vec(), n)));
+        let m = SpecialMatcher::new(
+            specials
+                .iter()
+                .map(|&(id, t, n)| (id, t.as_bytes().to_vec(), n)),
+        );
         let seed = 0x5eed_0001u64;
         println!("seed {seed:#x}");
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -329,7 +379,9 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..3000 {
             let len = rng.gen_range(0..40);
-            let text: String = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
+            let text: String = (0..len)
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                .collect();
             for parse_special in [false, true] {
                 let want = partition_naive(&specials, &text, parse_special);
                 m.partition(text.as_bytes(), parse_special, &mut out);
@@ -337,7 +389,10 @@ mod tests {
                 // Small budgets force the multi-batch path.
                 for budget in [1, 2, 5, 17] {
                     m.partition_with_budget(text.as_bytes(), parse_special, budget, &mut out);
-                    assert_eq!(out, want, "text {text:?} parse_special {parse_special} budget {budget}");
+                    assert_eq!(
+                        out, want,
+                        "text {text:?} parse_special {parse_special} budget {budget}"
+                    );
                 }
             }
         }

@@ -54,7 +54,10 @@ impl Ord for Bigram {
     /// Scores are compared with IEEE semantics (`-0.0 == 0.0`, as llama.cpp
     /// does); NaN scores are rejected when the vocabulary is loaded.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score.partial_cmp(&other.score).unwrap_or(Ordering::Equal).then_with(|| other.left.cmp(&self.left))
+        self.score
+            .partial_cmp(&other.score)
+            .unwrap_or(Ordering::Equal)
+            .then_with(|| other.left.cmp(&self.left))
     }
 }
 
@@ -89,7 +92,12 @@ impl SpmSession {
         let bytes = text.as_bytes();
 
         for (i, (start, ch)) in text.char_indices().enumerate() {
-            self.symbols.push(Symbol { start, len: ch.len_utf8(), prev: if i == 0 { NONE } else { i - 1 }, next: i + 1 });
+            self.symbols.push(Symbol {
+                start,
+                len: ch.len_utf8(),
+                prev: if i == 0 { NONE } else { i - 1 },
+                next: i + 1,
+            });
         }
         if let Some(last) = self.symbols.last_mut() {
             last.next = NONE;
@@ -143,6 +151,11 @@ impl SpmSession {
             return;
         };
         // Symbol indices and sizes fit in u32: see `MAX_FRAGMENT`.
-        self.queue.push(Bigram { score: tok.score(id), left: left as u32, right: right as u32, size: size as u32 });
+        self.queue.push(Bigram {
+            score: tok.score(id),
+            left: left as u32,
+            right: right as u32,
+            size: size as u32,
+        });
     }
 }

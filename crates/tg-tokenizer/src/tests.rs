@@ -82,7 +82,10 @@ fn toy() -> Tokenizer {
 }
 
 fn ids(tok: &Tokenizer, pieces: &[&str]) -> Vec<u32> {
-    pieces.iter().map(|p| tok.token_id(p).unwrap_or_else(|| panic!("no token {p:?}"))).collect()
+    pieces
+        .iter()
+        .map(|p| tok.token_id(p).unwrap_or_else(|| panic!("no token {p:?}")))
+        .collect()
 }
 
 /// The merge loop written the obvious quadratic way: repeatedly merge the
@@ -108,7 +111,10 @@ fn spm_naive(tok: &Tokenizer, text: &str) -> Vec<u32> {
     for s in syms {
         match tok.token_id(&s) {
             Some(id) => out.push(id),
-            None => out.extend(s.bytes().map(|b| tok.token_id(&format!("<0x{b:02X}>")).unwrap())),
+            None => out.extend(
+                s.bytes()
+                    .map(|b| tok.token_id(&format!("<0x{b:02X}>")).unwrap()),
+            ),
         }
     }
     out
@@ -145,7 +151,10 @@ fn bos_and_eos_handling() {
     v.add_bos = false;
     v.add_eos = true;
     let tok2 = Tokenizer::from_vocab(v).unwrap();
-    assert_eq!(tok2.encode("hello", true, false), [&plain[..], &[1]].concat());
+    assert_eq!(
+        tok2.encode("hello", true, false),
+        [&plain[..], &[1]].concat()
+    );
     assert_eq!(tok2.encode("hello", false, false), plain);
 }
 
@@ -153,11 +162,24 @@ fn bos_and_eos_handling() {
 fn spaces_are_escaped_and_merged() {
     let tok = toy();
     assert_eq!(tok.encode(" hello", false, false), ids(&tok, &["▁hello"]));
-    assert_eq!(tok.encode("a hello", false, false), ids(&tok, &["a", "▁hello"]));
+    assert_eq!(
+        tok.encode("a hello", false, false),
+        ids(&tok, &["a", "▁hello"])
+    );
     // Two or three spaces are user-defined tokens, matched before escaping.
-    assert_eq!(tok.encode("a  hello", false, false), ids(&tok, &["a", "  ", "hello"]));
-    assert_eq!(tok.encode("a     hello", false, false), ids(&tok, &["a", "   ", "  ", "hello"]));
-    assert_eq!(tok.decode(&tok.encode("a     hello", false, false), false).unwrap(), "a     hello");
+    assert_eq!(
+        tok.encode("a  hello", false, false),
+        ids(&tok, &["a", "  ", "hello"])
+    );
+    assert_eq!(
+        tok.encode("a     hello", false, false),
+        ids(&tok, &["a", "   ", "  ", "hello"])
+    );
+    assert_eq!(
+        tok.decode(&tok.encode("a     hello", false, false), false)
+            .unwrap(),
+        "a     hello"
+    );
 }
 
 #[test]
@@ -167,7 +189,10 @@ fn add_space_prefix() {
     let tok = Tokenizer::from_vocab(v).unwrap();
     assert_eq!(tok.encode("hello", false, false), ids(&tok, &["▁hello"]));
     // After a special token the prefix is added again.
-    assert_eq!(tok.encode("hello<start_of_turn>hello", false, true), ids(&tok, &["▁hello", "<start_of_turn>", "▁hello"]));
+    assert_eq!(
+        tok.encode("hello<start_of_turn>hello", false, true),
+        ids(&tok, &["▁hello", "<start_of_turn>", "▁hello"])
+    );
     // The first decoded token loses its leading space; like llama.cpp's
     // detokenizer (without `remove_special`), a leading BOS takes that role.
     assert_eq!(tok.decode(&ids(&tok, &["▁hello"]), false).unwrap(), "hello");
@@ -182,10 +207,16 @@ fn merge_priority_and_ties() {
     assert_eq!(tok.encode("abc", false, false), ids(&tok, &["a", "bc"]));
     // Equal scores: the leftmost pair merges first.
     assert_eq!(tok.encode("aaa", false, false), ids(&tok, &["aa", "a"]));
-    assert_eq!(tok.encode("aaaaa", false, false), ids(&tok, &["aa", "aa", "a"]));
+    assert_eq!(
+        tok.encode("aaaaa", false, false),
+        ids(&tok, &["aa", "aa", "a"])
+    );
     // Multi-step merges go through intermediate pieces.
     assert_eq!(tok.encode("hello", false, false), ids(&tok, &["hello"]));
-    assert_eq!(tok.encode("hellohe", false, false), ids(&tok, &["hello", "he"]));
+    assert_eq!(
+        tok.encode("hellohe", false, false),
+        ids(&tok, &["hello", "he"])
+    );
 }
 
 #[test]
@@ -207,18 +238,34 @@ fn negative_zero_ties_with_zero() {
 fn byte_fallback() {
     let tok = toy();
     // 'é' is not in the vocabulary: its UTF-8 bytes come out as byte tokens.
-    assert_eq!(tok.encode("é", false, false), ids(&tok, &["<0xC3>", "<0xA9>"]));
-    assert_eq!(tok.encode("aé", false, false), ids(&tok, &["a", "<0xC3>", "<0xA9>"]));
+    assert_eq!(
+        tok.encode("é", false, false),
+        ids(&tok, &["<0xC3>", "<0xA9>"])
+    );
+    assert_eq!(
+        tok.encode("aé", false, false),
+        ids(&tok, &["a", "<0xC3>", "<0xA9>"])
+    );
     // 'ü' is in the vocabulary.
     assert_eq!(tok.encode("ü", false, false), ids(&tok, &["ü"]));
-    assert_eq!(tok.encode("日本語", false, false), ids(&tok, &["日本", "<0xE8>", "<0xAA>", "<0x9E>"]));
+    assert_eq!(
+        tok.encode("日本語", false, false),
+        ids(&tok, &["日本", "<0xE8>", "<0xAA>", "<0x9E>"])
+    );
     let e = tok.encode("é😀x", false, false);
     // 2 + 4 byte tokens, and "x" is not in the vocabulary either.
     assert_eq!(e.len(), 7);
     assert_eq!(tok.decode(&e, false).unwrap(), "é😀x");
     // Lone byte tokens that do not form UTF-8 decode to U+FFFD.
-    assert_eq!(tok.decode(&ids(&tok, &["<0xC3>", "a"]), false).unwrap(), "\u{FFFD}a");
-    assert_eq!(tok.decode_bytes(&ids(&tok, &["<0xC3>", "a"]), false).unwrap(), b"\xC3a");
+    assert_eq!(
+        tok.decode(&ids(&tok, &["<0xC3>", "a"]), false).unwrap(),
+        "\u{FFFD}a"
+    );
+    assert_eq!(
+        tok.decode_bytes(&ids(&tok, &["<0xC3>", "a"]), false)
+            .unwrap(),
+        b"\xC3a"
+    );
 }
 
 #[test]
@@ -237,10 +284,16 @@ fn special_tokens_need_parse_special() {
     assert_eq!(tok.decode(&special, false).unwrap(), "hello\n");
     assert_eq!(tok.decode(&special, true).unwrap(), text);
     // User-defined tags are always matched and always rendered.
-    assert_eq!(tok.encode("a<b>b", false, false), ids(&tok, &["a", "<b>", "b"]));
+    assert_eq!(
+        tok.encode("a<b>b", false, false),
+        ids(&tok, &["a", "<b>", "b"])
+    );
     assert_eq!(tok.decode(&ids(&tok, &["<b>"]), false).unwrap(), "<b>");
     // Longest special first: "\n\n\n" = "\n\n" + "\n".
-    assert_eq!(tok.encode("\n\n\n", false, false), ids(&tok, &["\n\n", "\n"]));
+    assert_eq!(
+        tok.encode("\n\n\n", false, false),
+        ids(&tok, &["\n\n", "\n"])
+    );
 }
 
 #[test]
@@ -257,7 +310,9 @@ fn eog() {
 fn decode_rejects_bad_ids() {
     let tok = toy();
     let n = tok.vocab_size() as u32;
-    assert!(matches!(tok.decode(&[0, n], false), Err(TokenizerError::InvalidTokenId { id, .. }) if id == n));
+    assert!(
+        matches!(tok.decode(&[0, n], false), Err(TokenizerError::InvalidTokenId { id, .. }) if id == n)
+    );
     assert!(tok.token_bytes(u32::MAX, true).is_err());
     assert!(tok.token_text(n).is_err());
 }
@@ -326,12 +381,23 @@ fn random_round_trip_and_naive_merge_agree() {
         let s = random_text(&mut rng);
         for parse_special in [false, true] {
             let e = tok.encode(&s, false, parse_special);
-            assert_eq!(tok.decode(&e, true).unwrap(), s, "round trip of {s:?} (parse_special {parse_special})");
+            assert_eq!(
+                tok.decode(&e, true).unwrap(),
+                s,
+                "round trip of {s:?} (parse_special {parse_special})"
+            );
         }
         // Without specials/user-defined runs in play, compare the heap merge
         // with the quadratic reference.
-        let plain: String = s.chars().filter(|c| !matches!(c, '\n' | ' ' | '<')).collect();
-        assert_eq!(tok.encode(&plain, false, false), spm_naive(&tok, &plain), "merge of {plain:?}");
+        let plain: String = s
+            .chars()
+            .filter(|c| !matches!(c, '\n' | ' ' | '<'))
+            .collect();
+        assert_eq!(
+            tok.encode(&plain, false, false),
+            spm_naive(&tok, &plain),
+            "merge of {plain:?}"
+        );
     }
 }
 
@@ -348,7 +414,11 @@ fn stream_decoder_matches_decode() {
             .map(|_| {
                 if rng.gen_bool(0.6) {
                     // Byte tokens, biased towards UTF-8 lead/continuation bytes.
-                    let b: u32 = if rng.gen_bool(0.7) { rng.gen_range(0x80..0x100) } else { rng.gen_range(0..0x100) };
+                    let b: u32 = if rng.gen_bool(0.7) {
+                        rng.gen_range(0x80..0x100)
+                    } else {
+                        rng.gen_range(0..0x100)
+                    };
                     byte0 + b
                 } else {
                     rng.gen_range(0..tok.vocab_size() as u32)
@@ -386,16 +456,54 @@ fn vocab_validation_errors() {
             Err(e) => assert!(want(&e), "unexpected error: {e}"),
         }
     };
-    check(&|v| v.scores.pop().map(drop).unwrap_or(()), &|e| matches!(e, TokenizerError::LengthMismatch { what: "scores", .. }));
-    check(&|v| v.token_types.push(1), &|e| matches!(e, TokenizerError::LengthMismatch { what: "token_type", .. }));
-    check(&|v| v.token_types[7] = 9, &|e| matches!(e, TokenizerError::BadTokenType { id: 7, value: 9 }));
-    check(&|v| v.token_types[7] = -1, &|e| matches!(e, TokenizerError::BadTokenType { .. }));
-    check(&|v| v.scores[280] = f32::NAN, &|e| matches!(e, TokenizerError::NanScore { id: 280 }));
-    check(&|v| v.bos = 1_000_000, &|e| matches!(e, TokenizerError::SpecialTokenOutOfRange { which: "bos", .. }));
-    check(&|v| v.eos = v.tokens.len() as u32, &|e| matches!(e, TokenizerError::SpecialTokenOutOfRange { which: "eos", .. }));
-    check(&|v| v.unk = Some(u32::MAX), &|e| matches!(e, TokenizerError::SpecialTokenOutOfRange { which: "unknown", .. }));
-    check(&|v| v.tokens[20] = "a".into(), &|e| matches!(e, TokenizerError::DuplicateToken { .. }));
-    check(&|v| v.tokens[20] = "<0xZZ>".into(), &|e| matches!(e, TokenizerError::BadByteToken { id: 20, .. }));
+    check(&|v| v.scores.pop().map(drop).unwrap_or(()), &|e| {
+        matches!(e, TokenizerError::LengthMismatch { what: "scores", .. })
+    });
+    check(&|v| v.token_types.push(1), &|e| {
+        matches!(
+            e,
+            TokenizerError::LengthMismatch {
+                what: "token_type",
+                ..
+            }
+        )
+    });
+    check(&|v| v.token_types[7] = 9, &|e| {
+        matches!(e, TokenizerError::BadTokenType { id: 7, value: 9 })
+    });
+    check(&|v| v.token_types[7] = -1, &|e| {
+        matches!(e, TokenizerError::BadTokenType { .. })
+    });
+    check(&|v| v.scores[280] = f32::NAN, &|e| {
+        matches!(e, TokenizerError::NanScore { id: 280 })
+    });
+    check(&|v| v.bos = 1_000_000, &|e| {
+        matches!(
+            e,
+            TokenizerError::SpecialTokenOutOfRange { which: "bos", .. }
+        )
+    });
+    check(&|v| v.eos = v.tokens.len() as u32, &|e| {
+        matches!(
+            e,
+            TokenizerError::SpecialTokenOutOfRange { which: "eos", .. }
+        )
+    });
+    check(&|v| v.unk = Some(u32::MAX), &|e| {
+        matches!(
+            e,
+            TokenizerError::SpecialTokenOutOfRange {
+                which: "unknown",
+                ..
+            }
+        )
+    });
+    check(&|v| v.tokens[20] = "a".into(), &|e| {
+        matches!(e, TokenizerError::DuplicateToken { .. })
+    });
+    check(&|v| v.tokens[20] = "<0xZZ>".into(), &|e| {
+        matches!(e, TokenizerError::BadByteToken { id: 20, .. })
+    });
     check(
         &|v| {
             v.tokens.clear();
@@ -423,5 +531,8 @@ fn missing_byte_token_falls_back_to_unk() {
     v.tokens[i] = "zz".into();
     v.token_types[i] = 1;
     let tok = Tokenizer::from_vocab(v).unwrap();
-    assert_eq!(tok.encode("é", false, false), vec![3, tok.token_id("<0xA9>").unwrap()]);
+    assert_eq!(
+        tok.encode("é", false, false),
+        vec![3, tok.token_id("<0xA9>").unwrap()]
+    );
 }

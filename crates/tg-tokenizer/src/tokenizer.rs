@@ -84,7 +84,11 @@ impl Tokenizer {
                 text
             };
             if let Insert::Duplicate(first) = texts.push(text) {
-                return Err(TokenizerError::DuplicateToken { text: text.clone(), first, second: i as u32 });
+                return Err(TokenizerError::DuplicateToken {
+                    text: text.clone(),
+                    first,
+                    second: i as u32,
+                });
             }
         }
         drop(v.tokens);
@@ -122,7 +126,10 @@ impl Tokenizer {
                     pieces.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                 }
             } else if a & attr::BYTE != 0 {
-                let byte = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken { id: i as u32, text: text.to_string() })?;
+                let byte = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken {
+                    id: i as u32,
+                    text: text.to_string(),
+                })?;
                 pieces.push(byte);
             }
             let end = u32::try_from(pieces.len()).map_err(|_| TokenizerError::VocabTooLarge(n))?;
@@ -133,12 +140,22 @@ impl Tokenizer {
         for (b, slot) in byte_tokens.iter_mut().enumerate() {
             let b = b as u8;
             let hex = format!("<0x{b:02X}>");
-            *slot = texts.lookup(hex.as_bytes()).or_else(|| texts.lookup(&[b])).or(v.unk).ok_or(TokenizerError::NoByteFallback { byte: b })?;
+            *slot = texts
+                .lookup(hex.as_bytes())
+                .or_else(|| texts.lookup(&[b]))
+                .or(v.unk)
+                .ok_or(TokenizerError::NoByteFallback { byte: b })?;
         }
 
         let special = SpecialMatcher::new(attrs.iter().enumerate().filter_map(|(i, &a)| {
             let id = i as u32;
-            (a & (attr::SPECIAL | attr::USER_DEFINED) != 0).then(|| (id, texts.get(id).as_bytes().to_vec(), a & attr::SPECIAL != 0))
+            (a & (attr::SPECIAL | attr::USER_DEFINED) != 0).then(|| {
+                (
+                    id,
+                    texts.get(id).as_bytes().to_vec(),
+                    a & attr::SPECIAL != 0,
+                )
+            })
         }));
 
         Ok(Tokenizer {
@@ -176,7 +193,8 @@ impl Tokenizer {
         }
 
         let mut frags = Vec::new();
-        self.special.partition(text.as_bytes(), parse_special, &mut frags);
+        self.special
+            .partition(text.as_bytes(), parse_special, &mut frags);
         let mut session = SpmSession::default();
         let mut escaped = String::new();
         let mut prev_special = true;
@@ -225,7 +243,11 @@ impl Tokenizer {
     }
 
     /// Decodes `ids` into the exact bytes llama.cpp's detokenizer produces.
-    pub fn decode_bytes(&self, ids: &[u32], render_special: bool) -> Result<Vec<u8>, TokenizerError> {
+    pub fn decode_bytes(
+        &self,
+        ids: &[u32],
+        render_special: bool,
+    ) -> Result<Vec<u8>, TokenizerError> {
         let mut out = Vec::with_capacity(ids.len() * 4);
         for (i, &id) in ids.iter().enumerate() {
             let piece = self.token_bytes(id, render_special)?;
@@ -251,7 +273,10 @@ impl Tokenizer {
         if !render_special && self.attrs[i] & attr::SPECIAL != 0 {
             return Ok(&[]);
         }
-        let (start, end) = (self.piece_offsets[i] as usize, self.piece_offsets[i + 1] as usize);
+        let (start, end) = (
+            self.piece_offsets[i] as usize,
+            self.piece_offsets[i + 1] as usize,
+        );
         Ok(&self.pieces[start..end])
     }
 
@@ -324,7 +349,9 @@ impl Tokenizer {
     /// Whether `id` is a control or unknown token (hidden when decoding
     /// without `render_special`). False for out-of-range ids.
     pub fn is_special(&self, id: u32) -> bool {
-        self.attrs.get(id as usize).is_some_and(|a| a & attr::SPECIAL != 0)
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|a| a & attr::SPECIAL != 0)
     }
 
     fn check_id(&self, id: u32) -> Result<usize, TokenizerError> {
@@ -332,7 +359,10 @@ impl Tokenizer {
         if i < self.texts.len() {
             Ok(i)
         } else {
-            Err(TokenizerError::InvalidTokenId { id, vocab_size: self.texts.len() })
+            Err(TokenizerError::InvalidTokenId {
+                id,
+                vocab_size: self.texts.len(),
+            })
         }
     }
 

@@ -93,22 +93,35 @@ impl Vocab {
             return Err(TokenizerError::VocabTooLarge(n));
         }
         if self.scores.len() != n {
-            return Err(TokenizerError::LengthMismatch { what: "scores", expected: n, found: self.scores.len() });
+            return Err(TokenizerError::LengthMismatch {
+                what: "scores",
+                expected: n,
+                found: self.scores.len(),
+            });
         }
         if self.token_types.len() != n {
-            return Err(TokenizerError::LengthMismatch { what: "token_type", expected: n, found: self.token_types.len() });
+            return Err(TokenizerError::LengthMismatch {
+                what: "token_type",
+                expected: n,
+                found: self.token_types.len(),
+            });
         }
         let mut types = Vec::with_capacity(n);
         for (i, (&code, &score)) in self.token_types.iter().zip(&self.scores).enumerate() {
             let id = i as u32;
-            let ty = TokenType::from_code(code).ok_or(TokenizerError::BadTokenType { id, value: code })?;
+            let ty = TokenType::from_code(code)
+                .ok_or(TokenizerError::BadTokenType { id, value: code })?;
             if score.is_nan() {
                 return Err(TokenizerError::NanScore { id });
             }
             types.push(ty);
         }
         let check = |which: &'static str, id: Option<u32>| match id {
-            Some(id) if id as usize >= n => Err(TokenizerError::SpecialTokenOutOfRange { which, id, vocab_size: n }),
+            Some(id) if id as usize >= n => Err(TokenizerError::SpecialTokenOutOfRange {
+                which,
+                id,
+                vocab_size: n,
+            }),
             _ => Ok(()),
         };
         check("bos", Some(self.bos))?;

@@ -31,16 +31,24 @@ fn metadata() {
         return;
     };
     println!("Tokenizer::from_gguf took {load_time:?}");
-    assert!(load_time.as_secs_f64() < 1.0, "loading the vocabulary took {load_time:?}");
+    assert!(
+        load_time.as_secs_f64() < 1.0,
+        "loading the vocabulary took {load_time:?}"
+    );
     assert_eq!(tok.vocab_size(), 262_144);
-    assert_eq!((tok.bos(), tok.eos(), tok.unk(), tok.pad()), (2, 1, Some(3), Some(0)));
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.unk(), tok.pad()),
+        (2, 1, Some(3), Some(0))
+    );
     assert!(tok.add_bos() && !tok.add_eos());
     // llama.cpp also ends generation at "</s>" (a user-defined token in
     // Gemma 3 that it turns into a control token by its text).
     assert_eq!(tok.eog_ids(), &[1, END_OF_TURN, 212]);
     assert_eq!(tok.token_type(212).unwrap(), TokenType::UserDefined);
     assert!(tok.is_special(212) && !tok.is_special(NL) && tok.is_special(START_OF_TURN));
-    assert!(tok.is_eog(1) && tok.is_eog(END_OF_TURN) && !tok.is_eog(2) && !tok.is_eog(START_OF_TURN));
+    assert!(
+        tok.is_eog(1) && tok.is_eog(END_OF_TURN) && !tok.is_eog(2) && !tok.is_eog(START_OF_TURN)
+    );
     assert_eq!(tok.token_type(START_OF_TURN).unwrap(), TokenType::Control);
     assert_eq!(tok.token_type(NL).unwrap(), TokenType::UserDefined);
     assert_eq!(tok.token_type(BYTE0).unwrap(), TokenType::Byte);
@@ -48,7 +56,10 @@ fn metadata() {
     assert_eq!(tok.token_bytes(BYTE0 + 0xAB, false).unwrap(), &[0xAB]);
     assert_eq!(tok.token_bytes(2430, false).unwrap(), b" user");
     assert_eq!(tok.token_bytes(START_OF_TURN, false).unwrap(), b"");
-    assert_eq!(tok.token_bytes(START_OF_TURN, true).unwrap(), b"<start_of_turn>");
+    assert_eq!(
+        tok.token_bytes(START_OF_TURN, true).unwrap(),
+        b"<start_of_turn>"
+    );
 }
 
 #[test]
@@ -74,16 +85,25 @@ fn structural_cases() {
     // Control tokens only with parse_special.
     let text = "<start_of_turn>user\nHello<end_of_turn>\n";
     let special = tok.encode(text, true, true);
-    assert_eq!(special, vec![2, START_OF_TURN, 2364, NL, 9259, END_OF_TURN, NL]);
+    assert_eq!(
+        special,
+        vec![2, START_OF_TURN, 2364, NL, 9259, END_OF_TURN, NL]
+    );
     let plain = tok.encode(text, false, false);
-    assert!(!plain.contains(&START_OF_TURN) && !plain.contains(&END_OF_TURN), "{plain:?}");
+    assert!(
+        !plain.contains(&START_OF_TURN) && !plain.contains(&END_OF_TURN),
+        "{plain:?}"
+    );
     assert_eq!(tok.decode(&plain, false).unwrap(), text);
     assert_eq!(tok.decode(&special, false).unwrap(), "user\nHello\n");
     assert_eq!(tok.decode(&special, true).unwrap(), format!("<bos>{text}"));
 
     // Byte fallback for a character the vocabulary lacks.
     assert_eq!(tok.token_id("\u{10FFFF}"), None);
-    assert_eq!(tok.encode("\u{10FFFF}", false, false), [0xF4, 0x8F, 0xBF, 0xBF].map(|b| BYTE0 + b).to_vec());
+    assert_eq!(
+        tok.encode("\u{10FFFF}", false, false),
+        [0xF4, 0x8F, 0xBF, 0xBF].map(|b| BYTE0 + b).to_vec()
+    );
     assert_eq!(tok.encode("😀", false, false), vec![242_398]);
 }
 
@@ -157,7 +177,11 @@ fn random_round_trip() {
         let s = random_text(&mut rng, 40);
         for ps in [false, true] {
             let ids = tok.encode(&s, false, ps);
-            assert_eq!(tok.decode(&ids, true).unwrap(), s, "round trip of {s:?} (parse_special {ps})");
+            assert_eq!(
+                tok.decode(&ids, true).unwrap(),
+                s,
+                "round trip of {s:?} (parse_special {ps})"
+            );
             // Streaming gives the same text.
             let mut sd = StreamDecoder::new(tok, true);
             let mut streamed = String::new();
@@ -204,11 +228,18 @@ fn heap_merge_matches_quadratic_merge() {
     let mut checked = 0;
     for _ in 0..400 {
         // No user-defined/control texts, so the whole string is one fragment.
-        let mut s: String = random_text(&mut rng, 25).chars().filter(|c| !matches!(c, '\n' | '\t' | '<' | '[')).collect();
+        let mut s: String = random_text(&mut rng, 25)
+            .chars()
+            .filter(|c| !matches!(c, '\n' | '\t' | '<' | '['))
+            .collect();
         while s.contains("  ") {
             s = s.replace("  ", " ");
         }
-        assert_eq!(tok.encode(&s, false, false), spm_naive(tok, &s), "text {s:?}");
+        assert_eq!(
+            tok.encode(&s, false, false),
+            spm_naive(tok, &s),
+            "text {s:?}"
+        );
         checked += 1;
     }
     assert_eq!(checked, 400);
@@ -220,7 +251,20 @@ fn long_inputs_are_fast() {
     let seed = 0x10_9e57_u64;
     println!("seed {seed:#x}");
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let words = ["the", "quick", "brown", "fox", "tokenizer", "Gemma", "語", "😀", "12345", "\n", "  ", "<start_of_turn>"];
+    let words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "tokenizer",
+        "Gemma",
+        "語",
+        "😀",
+        "12345",
+        "\n",
+        "  ",
+        "<start_of_turn>",
+    ];
     let mut prose = String::new();
     while prose.len() < 2_000_000 {
         prose.push_str(words[rng.gen_range(0..words.len())]);
@@ -228,11 +272,22 @@ fn long_inputs_are_fast() {
     }
     let cases: Vec<(&str, String)> = vec![
         ("2 MB prose", prose),
-        ("500k letters, no spaces", (0..500_000).map(|i| (b'a' + (i * 7 % 26) as u8) as char).collect()),
+        (
+            "500k letters, no spaces",
+            (0..500_000)
+                .map(|i| (b'a' + (i * 7 % 26) as u8) as char)
+                .collect(),
+        ),
         ("200k spaces", " ".repeat(200_000)),
-        ("2M spaces and tabs", " ".repeat(1_000_000) + &"\t".repeat(1_000_000)),
+        (
+            "2M spaces and tabs",
+            " ".repeat(1_000_000) + &"\t".repeat(1_000_000),
+        ),
         ("200k newlines", "\n".repeat(200_000)),
-        ("specials x 20k", "<unused7><start_of_turn>x<table>".repeat(20_000)),
+        (
+            "specials x 20k",
+            "<unused7><start_of_turn>x<table>".repeat(20_000),
+        ),
         ("300k 'a'", "a".repeat(300_000)),
     ];
     for (name, text) in &cases {
@@ -240,7 +295,12 @@ fn long_inputs_are_fast() {
             let t0 = Instant::now();
             let ids = tok.encode(text, false, ps);
             let dt = t0.elapsed();
-            println!("{name} (parse_special {ps}): {} bytes -> {} tokens in {dt:?} ({:.1} MB/s)", text.len(), ids.len(), text.len() as f64 / dt.as_secs_f64() / 1e6);
+            println!(
+                "{name} (parse_special {ps}): {} bytes -> {} tokens in {dt:?} ({:.1} MB/s)",
+                text.len(),
+                ids.len(),
+                text.len() as f64 / dt.as_secs_f64() / 1e6
+            );
             assert!(dt.as_secs_f64() < 10.0, "{name}: {dt:?}");
             assert_eq!(tok.decode(&ids, true).unwrap(), *text);
         }

@@ -16,13 +16,23 @@ use serde_json::Value;
 use tg_tokenizer::{EncodeOptions, HfTokenizer, TokenizerError};
 
 fn cases() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer_hf/tiny_cases.json");
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tokenizer_hf/tiny_cases.json");
+    let data = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&data).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("ids must be an array").iter().map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()).expect("bad id")).collect()
+    v.as_array()
+        .expect("ids must be an array")
+        .iter()
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .expect("bad id")
+        })
+        .collect()
 }
 
 fn flag(v: &Value, key: &str, default: bool) -> bool {
@@ -30,7 +40,9 @@ fn flag(v: &Value, key: &str, default: bool) -> bool {
 }
 
 fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 #[test]
@@ -52,11 +64,16 @@ fn hand_written_cases() {
         for e in list(case, "encode") {
             let text = e["text"].as_str().expect("text");
             let want = ids(&e["ids"]);
-            let opts = EncodeOptions { add_special_tokens: flag(e, "add_special_tokens", false), parse_special: flag(e, "parse_special", true) };
+            let opts = EncodeOptions {
+                add_special_tokens: flag(e, "add_special_tokens", false),
+                parse_special: flag(e, "parse_special", true),
+            };
             checks += 1;
             match tok.encode_with(text, opts) {
                 Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!("{name}: encode({text:?}, {opts:?}) = {got:?}, want {want:?}")),
+                Ok(got) => failures.push(format!(
+                    "{name}: encode({text:?}, {opts:?}) = {got:?}, want {want:?}"
+                )),
                 Err(err) => failures.push(format!("{name}: encode({text:?}): {err}")),
             }
         }
@@ -67,7 +84,9 @@ fn hand_written_cases() {
             checks += 1;
             match tok.encode_pair(a, b, add) {
                 Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!("{name}: encode_pair({a:?}, {b:?}, {add}) = {got:?}, want {want:?}")),
+                Ok(got) => failures.push(format!(
+                    "{name}: encode_pair({a:?}, {b:?}, {add}) = {got:?}, want {want:?}"
+                )),
                 Err(err) => failures.push(format!("{name}: encode_pair: {err}")),
             }
         }
@@ -78,12 +97,18 @@ fn hand_written_cases() {
             checks += 1;
             match tok.decode(&input, skip) {
                 Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!("{name}: decode({input:?}, skip={skip}) = {got:?}, want {want:?}")),
+                Ok(got) => failures.push(format!(
+                    "{name}: decode({input:?}, skip={skip}) = {got:?}, want {want:?}"
+                )),
                 Err(err) => failures.push(format!("{name}: decode({input:?}): {err}")),
             }
         }
     }
-    println!("{} cases, {checks} checks, {} failures", case_list.len(), failures.len());
+    println!(
+        "{} cases, {checks} checks, {} failures",
+        case_list.len(),
+        failures.len()
+    );
     assert!(case_list.len() >= 40 && checks >= 100, "too few cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -101,7 +126,9 @@ fn refused_documents() {
             other => serde_json::to_string(other).expect("re-serialize"),
         };
         match HfTokenizer::from_json(&json) {
-            Ok(_) => failures.push(format!("{name}: loaded, expected an error containing {expect:?}")),
+            Ok(_) => failures.push(format!(
+                "{name}: loaded, expected an error containing {expect:?}"
+            )),
             Err(e) => {
                 let msg = e.to_string();
                 println!("{name}: {msg}");
@@ -148,9 +175,13 @@ fn error_kinds() {
         other => panic!("expected Io, got {other:?}"),
     }
     // An unk_token missing from the vocabulary fails when it is needed.
-    let doc = r#"{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}}"#;
+    let doc =
+        r#"{"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0}, "merges": []}}"#;
     let tok = HfTokenizer::from_json(doc).expect("loads");
-    assert_eq!(tok.encode("aa", false).expect("no unknown char"), vec![0, 0]);
+    assert_eq!(
+        tok.encode("aa", false).expect("no unknown char"),
+        vec![0, 0]
+    );
     let err = tok.encode("ab", false).expect_err("needs <unk>");
     assert!(err.to_string().contains("<unk>"), "{err}");
     // Padding that leaves a single encoding unchanged is accepted (and
@@ -170,5 +201,8 @@ fn error_kinds() {
         other => panic!("expected HfUnsupported, got {other:?}"),
     }
     // Unknown ids are refused by decode.
-    assert!(matches!(tok.decode(&[0, 7], false), Err(TokenizerError::InvalidTokenId { id: 7, .. })));
+    assert!(matches!(
+        tok.decode(&[0, 7], false),
+        Err(TokenizerError::InvalidTokenId { id: 7, .. })
+    ));
 }

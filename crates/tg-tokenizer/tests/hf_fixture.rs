@@ -22,14 +22,16 @@ fn model_dir() -> PathBuf {
     match std::env::var_os("TG_EMBED_MODEL") {
         Some(p) => PathBuf::from(p),
         None => {
-            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
+            let home =
+                std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from);
             home.join(".cache/tensor-graphs/models/embeddinggemma-300m")
         }
     }
 }
 
 fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer_hf/hf_tokens.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tokenizer_hf/hf_tokens.jsonl")
 }
 
 /// The EmbeddingGemma tokenizer and its load time, or `None` (after printing
@@ -39,11 +41,15 @@ fn tokenizer() -> Option<&'static (HfTokenizer, Duration)> {
     TOK.get_or_init(|| {
         let path = model_dir().join("tokenizer.json");
         if !path.exists() {
-            println!("SKIPPED: {} not found (set TG_EMBED_MODEL to the EmbeddingGemma-300M folder)", path.display());
+            println!(
+                "SKIPPED: {} not found (set TG_EMBED_MODEL to the EmbeddingGemma-300M folder)",
+                path.display()
+            );
             return None;
         }
         let t0 = Instant::now();
-        let tok = HfTokenizer::from_file(&path).unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
+        let tok = HfTokenizer::from_file(&path)
+            .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
         Some((tok, t0.elapsed()))
     })
     .as_ref()
@@ -54,16 +60,25 @@ fn ids_of(v: &Value, field: &str, line: usize) -> Vec<u32> {
         .and_then(Value::as_array)
         .unwrap_or_else(|| panic!("line {line}: `{field}` is not an array"))
         .iter()
-        .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()).unwrap_or_else(|| panic!("line {line}: `{field}` has a non-id element {x}")))
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .unwrap_or_else(|| panic!("line {line}: `{field}` has a non-id element {x}"))
+        })
         .collect()
 }
 
 fn str_of<'a>(v: &'a Value, field: &str, line: usize) -> &'a str {
-    v.get(field).and_then(Value::as_str).unwrap_or_else(|| panic!("line {line}: `{field}` is not a string"))
+    v.get(field)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("line {line}: `{field}` is not a string"))
 }
 
 fn show_ids(tok: &HfTokenizer, ids: &[u32]) -> String {
-    ids.iter().map(|&id| format!("{id}:{:?}", tok.token_text(id).unwrap_or("<unknown>"))).collect::<Vec<_>>().join(" ")
+    ids.iter()
+        .map(|&id| format!("{id}:{:?}", tok.token_text(id).unwrap_or("<unknown>")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn diff_ids(tok: &HfTokenizer, want: &[u32], got: &[u32]) -> String {
@@ -116,12 +131,23 @@ fn matches_hf_tokenizers() {
         return;
     };
     let path = fixture_path();
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}\nGenerate it with tests/fixtures/tokenizer_hf/gen_fixture.py", path.display()));
-    let mut lines = data.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e}\nGenerate it with tests/fixtures/tokenizer_hf/gen_fixture.py",
+            path.display()
+        )
+    });
+    let mut lines = data
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().expect("empty fixture");
     let header: Value = serde_json::from_str(header).expect("bad header JSON");
     let header = header.get("header").expect("first line is not a header");
-    println!("fixture: tokenizers {}, tokenizer.json sha256 {}", header["tokenizers_version"], header["tokenizer_json_sha256"]);
+    println!(
+        "fixture: tokenizers {}, tokenizer.json sha256 {}",
+        header["tokenizers_version"], header["tokenizer_json_sha256"]
+    );
 
     let mut entries = 0;
     let mut checks = 0;
@@ -131,31 +157,51 @@ fn matches_hf_tokenizers() {
     let mut encoded_tokens = 0usize;
     for (i, line) in lines {
         let line_no = i + 1;
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{line_no}: bad JSON: {e}", path.display()));
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}:{line_no}: bad JSON: {e}", path.display()));
         let text = str_of(&v, "text", line_no);
         entries += 1;
 
-        for (field, add_special_tokens, parse_special) in [("ids", false, true), ("ids_special", true, true), ("ids_no_parse", false, false)] {
+        for (field, add_special_tokens, parse_special) in [
+            ("ids", false, true),
+            ("ids_special", true, true),
+            ("ids_no_parse", false, false),
+        ] {
             let want = ids_of(&v, field, line_no);
             max_len = max_len.max(want.len());
             checks += 1;
             let t0 = Instant::now();
-            let got = tok.encode_with(text, EncodeOptions { add_special_tokens, parse_special });
+            let got = tok.encode_with(
+                text,
+                EncodeOptions {
+                    add_special_tokens,
+                    parse_special,
+                },
+            );
             encode_time += t0.elapsed();
             match got {
                 Ok(got) if got == want => encoded_tokens += got.len(),
-                Ok(got) => failures.push(format!("line {line_no} {field} for {text:?}: {}", diff_ids(tok, &want, &got))),
+                Ok(got) => failures.push(format!(
+                    "line {line_no} {field} for {text:?}: {}",
+                    diff_ids(tok, &want, &got)
+                )),
                 Err(e) => failures.push(format!("line {line_no} {field}: {e}")),
             }
         }
 
-        for (field, ids_field, skip) in [("decoded", "ids_special", false), ("decoded_skip", "ids_special", true), ("decoded_no_parse", "ids_no_parse", false)] {
+        for (field, ids_field, skip) in [
+            ("decoded", "ids_special", false),
+            ("decoded_skip", "ids_special", true),
+            ("decoded_no_parse", "ids_no_parse", false),
+        ] {
             let want = str_of(&v, field, line_no);
             let ids = ids_of(&v, ids_field, line_no);
             checks += 1;
             match tok.decode(&ids, skip) {
                 Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!("line {line_no} {field}: want {want:?} got {got:?}")),
+                Ok(got) => {
+                    failures.push(format!("line {line_no} {field}: want {want:?} got {got:?}"))
+                }
                 Err(e) => failures.push(format!("line {line_no} {field}: {e}")),
             }
         }
@@ -167,9 +213,17 @@ fn matches_hf_tokenizers() {
     );
     assert!(entries >= MIN_ENTRIES, "only {entries} fixture entries");
     if let Some(n) = header.get("count").and_then(Value::as_u64) {
-        assert_eq!(entries as u64, n, "fixture entry count differs from its header");
+        assert_eq!(
+            entries as u64, n,
+            "fixture entry count differs from its header"
+        );
     }
-    assert!(failures.is_empty(), "{} of {checks} checks failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checks} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Encoding speed on the fixture's longest text (~2,200 tokens), as a
@@ -190,7 +244,11 @@ fn long_text_is_fast() {
         assert_eq!(tok.encode(&text, true).unwrap(), ids);
     }
     let per = t0.elapsed() / runs;
-    println!("{} chars -> {} tokens: first {first:.2?}, then {per:.2?} per encode", text.chars().count(), ids.len());
+    println!(
+        "{} chars -> {} tokens: first {first:.2?}, then {per:.2?} per encode",
+        text.chars().count(),
+        ids.len()
+    );
     assert!(ids.len() > 2_000);
     assert!(per < Duration::from_millis(200), "encoding took {per:?}");
 }

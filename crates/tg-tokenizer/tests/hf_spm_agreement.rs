@@ -35,16 +35,23 @@ fn cache_dir() -> PathBuf {
 }
 
 fn hf_path() -> PathBuf {
-    std::env::var_os("TG_EMBED_MODEL").map_or_else(|| cache_dir().join("embeddinggemma-300m"), PathBuf::from).join("tokenizer.json")
+    std::env::var_os("TG_EMBED_MODEL")
+        .map_or_else(|| cache_dir().join("embeddinggemma-300m"), PathBuf::from)
+        .join("tokenizer.json")
 }
 
 fn gguf_path() -> PathBuf {
-    std::env::var_os("TG_MODEL").map_or_else(|| cache_dir().join("gemma-3-270m-q4_k_m.gguf"), PathBuf::from)
+    std::env::var_os("TG_MODEL").map_or_else(
+        || cache_dir().join("gemma-3-270m-q4_k_m.gguf"),
+        PathBuf::from,
+    )
 }
 
 fn corpus() -> Vec<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer_hf/hf_tokens.jsonl");
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tokenizer_hf/hf_tokens.jsonl");
+    let data = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     data.lines()
         .filter(|l| !l.trim().is_empty())
         .filter_map(|l| {
@@ -76,7 +83,10 @@ fn hf_and_spm_agree_on_the_corpus() {
     let mut exceptions = Vec::new();
     for text in &texts {
         let mut want = vec![spm.bos()];
-        want.extend(hf.encode(text, false).unwrap_or_else(|e| panic!("{text:?}: {e}")));
+        want.extend(
+            hf.encode(text, false)
+                .unwrap_or_else(|e| panic!("{text:?}: {e}")),
+        );
         let got = spm.encode(text, true, true);
         checks += 1;
         if got != want {
@@ -88,7 +98,13 @@ fn hf_and_spm_agree_on_the_corpus() {
             }
         }
     }
-    println!("{} texts: {} agree, {} differ as documented, {} differ otherwise", texts.len(), checks - exceptions.len() - failures.len(), exceptions.len(), failures.len());
+    println!(
+        "{} texts: {} agree, {} differ as documented, {} differ otherwise",
+        texts.len(),
+        checks - exceptions.len() - failures.len(),
+        exceptions.len(),
+        failures.len()
+    );
     for e in &exceptions {
         println!("  documented difference: {e}");
     }
@@ -96,5 +112,10 @@ fn hf_and_spm_agree_on_the_corpus() {
     // The fixture has texts of both exception kinds; they must still differ
     // (if they stopped differing, the documentation above would be stale).
     assert!(exceptions.len() >= 2, "expected the documented differences");
-    assert!(failures.is_empty(), "{} of {checks} comparisons differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checks} comparisons differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -15,7 +15,8 @@ use tg_tokenizer::Tokenizer;
 const MIN_LINES: usize = 250;
 
 fn fixture_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer/llama_cpp_tokens.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tokenizer/llama_cpp_tokens.jsonl")
 }
 
 fn ids_of(v: &Value, field: &str, line: usize) -> Vec<u32> {
@@ -23,7 +24,11 @@ fn ids_of(v: &Value, field: &str, line: usize) -> Vec<u32> {
         .and_then(Value::as_array)
         .unwrap_or_else(|| panic!("line {line}: `{field}` is not an array"))
         .iter()
-        .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()).unwrap_or_else(|| panic!("line {line}: `{field}` has a non-id element {x}")))
+        .map(|x| {
+            x.as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .unwrap_or_else(|| panic!("line {line}: `{field}` has a non-id element {x}"))
+        })
         .collect()
 }
 
@@ -33,15 +38,28 @@ fn detok_of(v: &Value, field: &str, line: usize) -> Vec<u8> {
     match v.get(field) {
         Some(Value::String(s)) => s.as_bytes().to_vec(),
         Some(Value::Null) => {
-            let hex = v.get(format!("{field}_hex")).and_then(Value::as_str).unwrap_or_else(|| panic!("line {line}: `{field}` is null but `{field}_hex` is missing"));
-            (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or_else(|_| panic!("line {line}: bad hex in `{field}_hex`"))).collect()
+            let hex = v
+                .get(format!("{field}_hex"))
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| {
+                    panic!("line {line}: `{field}` is null but `{field}_hex` is missing")
+                });
+            (0..hex.len() / 2)
+                .map(|i| {
+                    u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                        .unwrap_or_else(|_| panic!("line {line}: bad hex in `{field}_hex`"))
+                })
+                .collect()
         }
         other => panic!("line {line}: `{field}` is {other:?}"),
     }
 }
 
 fn show_ids(tok: &Tokenizer, ids: &[u32]) -> String {
-    ids.iter().map(|&id| format!("{id}:{:?}", tok.token_text(id).unwrap_or("<out of range>"))).collect::<Vec<_>>().join(" ")
+    ids.iter()
+        .map(|&id| format!("{id}:{:?}", tok.token_text(id).unwrap_or("<out of range>")))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn diff_ids(tok: &Tokenizer, want: &[u32], got: &[u32]) -> String {
@@ -62,7 +80,12 @@ fn matches_llama_cpp() {
         return;
     };
     let path = fixture_path();
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}\nGenerate it with tests/fixtures/tokenizer/gen_corpus.py --model MODEL", path.display()));
+    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e}\nGenerate it with tests/fixtures/tokenizer/gen_corpus.py --model MODEL",
+            path.display()
+        )
+    });
 
     let mut lines = 0;
     let mut checks = 0;
@@ -72,8 +95,12 @@ fn matches_llama_cpp() {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{line_no}: bad JSON: {e}", path.display()));
-        let text = v.get("text").and_then(Value::as_str).unwrap_or_else(|| panic!("line {line_no}: `text` is not a string"));
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{}:{line_no}: bad JSON: {e}", path.display()));
+        let text = v
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("line {line_no}: `text` is not a string"));
         lines += 1;
 
         for (field, parse_special) in [("ids", false), ("ids_special", true)] {
@@ -81,11 +108,18 @@ fn matches_llama_cpp() {
             let got = tok.encode(text, false, parse_special);
             checks += 1;
             if got != want {
-                failures.push(format!("line {line_no} {field} for {text:?}: {}", diff_ids(tok, &want, &got)));
+                failures.push(format!(
+                    "line {line_no} {field} for {text:?}: {}",
+                    diff_ids(tok, &want, &got)
+                ));
             }
         }
 
-        for (field, ids_field, render) in [("detok", "ids", false), ("detok_special", "ids_special", true), ("detok_special_plain", "ids_special", false)] {
+        for (field, ids_field, render) in [
+            ("detok", "ids", false),
+            ("detok_special", "ids_special", true),
+            ("detok_special_plain", "ids_special", false),
+        ] {
             if v.get(field).is_none() {
                 continue;
             }
@@ -94,16 +128,30 @@ fn matches_llama_cpp() {
             checks += 1;
             match tok.decode_bytes(&ids, render) {
                 Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!("line {line_no} {field}: want {:?} got {:?}", String::from_utf8_lossy(&want), String::from_utf8_lossy(&got))),
+                Ok(got) => failures.push(format!(
+                    "line {line_no} {field}: want {:?} got {:?}",
+                    String::from_utf8_lossy(&want),
+                    String::from_utf8_lossy(&got)
+                )),
                 Err(e) => failures.push(format!("line {line_no} {field}: {e}")),
             }
         }
     }
 
-    println!("{lines} corpus lines, {checks} comparisons, {} mismatches", failures.len());
+    println!(
+        "{lines} corpus lines, {checks} comparisons, {} mismatches",
+        failures.len()
+    );
     for f in &failures {
         println!("MISMATCH {f}");
     }
-    assert!(lines >= MIN_LINES, "the fixture has {lines} lines, expected at least {MIN_LINES}");
-    assert!(failures.is_empty(), "{} of {checks} comparisons differ from llama.cpp (listed above)", failures.len());
+    assert!(
+        lines >= MIN_LINES,
+        "the fixture has {lines} lines, expected at least {MIN_LINES}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {checks} comparisons differ from llama.cpp (listed above)",
+        failures.len()
+    );
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 /// Default model location (see scripts/fetch_model.py).
 pub fn default_model_path() -> PathBuf {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
     home.join(".cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf")
 }
 
@@ -13,7 +15,9 @@ pub fn default_model_path() -> PathBuf {
 /// `TG_ALLOW_MISSING_MODEL=1` (the caller prints SKIPPED and returns), otherwise a panic
 /// with instructions.
 pub fn model_path(test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(default_model_path);
+    let path = std::env::var_os("TG_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(default_model_path);
     if path.is_file() {
         return Some(path);
     }

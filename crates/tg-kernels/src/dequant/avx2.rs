@@ -214,10 +214,25 @@ impl SimdDecode for Avx2 {
                 let qa = _mm256_loadu_si256(p.add(64 * $h).cast());
                 let qb = _mm256_loadu_si256(p.add(64 * $h + 32).cast());
                 let hb = _mm256_loadu_si256(p.add(128 + 32 * $h).cast());
-                group!(16 * $h, _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3))));
-                group!(16 * $h + 4, _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)));
-                group!(16 * $h + 8, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30)));
-                group!(16 * $h + 12, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4), _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)));
+                group!(
+                    16 * $h,
+                    _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3)))
+                );
+                group!(
+                    16 * $h + 4,
+                    _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30))
+                );
+                group!(
+                    16 * $h + 8,
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30))
+                );
+                group!(
+                    16 * $h + 12,
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)
+                    )
+                );
             }};
         }
         half_block!(0);

@@ -172,7 +172,12 @@ impl SimdDecode for Scalar {
         for h in 0..2 {
             for l in 0..32 {
                 let (a, b, hb) = (ql[64 * h + l], ql[64 * h + l + 32], qh[32 * h + l]);
-                let q = [(a & 0x0f) | ((hb & 3) << 4), (b & 0x0f) | (((hb >> 2) & 3) << 4), (a >> 4) | (((hb >> 4) & 3) << 4), (b >> 4) | (((hb >> 6) & 3) << 4)];
+                let q = [
+                    (a & 0x0f) | ((hb & 3) << 4),
+                    (b & 0x0f) | (((hb >> 2) & 3) << 4),
+                    (a >> 4) | (((hb >> 4) & 3) << 4),
+                    (b >> 4) | (((hb >> 6) & 3) << 4),
+                ];
                 for (g, &q) in q.iter().enumerate() {
                     let e = 128 * h + 32 * g + l;
                     let dl = d * (scales[e / 16] as i8) as f32;

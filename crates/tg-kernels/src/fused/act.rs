@@ -72,7 +72,9 @@ fn gelu_impl(isa: Isa, g: &[f32], u: Option<&[f32]>, out: &mut [f32]) {
     let gp = SyncPtr(g.as_ptr() as *mut f32);
     let up = SyncPtr(u.map_or(std::ptr::null_mut(), |u| u.as_ptr() as *mut f32));
     let op = SyncPtr(out.as_mut_ptr());
-    for_ranges(out.len(), MIN_PER_TASK, 64, |range| run_on(isa, GeluTask { g: gp.get(), u: up.get(), out: op.get(), range }));
+    for_ranges(out.len(), MIN_PER_TASK, 64, |range| {
+        run_on(isa, GeluTask { g: gp.get(), u: up.get(), out: op.get(), range })
+    });
 }
 
 /// `out[i] = 0.5·x[i]·(1 + tanh(√(2/π)·(x[i] + 0.044715·x[i]³)))`; `x` and `out` have the same
@@ -182,6 +184,8 @@ pub fn softmax_rows_with(isa: Isa, x: &[f32], rows: usize, n: usize, out: &mut [
         return Ok(());
     }
     let (xp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(rows, (MIN_PER_TASK / n).max(1), 1, |rows| run_on(isa, SoftmaxTask { x: xp.get(), out: op.get(), n, rows }));
+    for_ranges(rows, (MIN_PER_TASK / n).max(1), 1, |rows| {
+        run_on(isa, SoftmaxTask { x: xp.get(), out: op.get(), n, rows })
+    });
     Ok(())
 }

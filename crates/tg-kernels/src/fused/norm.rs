@@ -66,10 +66,26 @@ unsafe fn add_sum_sq<S: Simd>(a: *const f32, b: *const f32, s: *mut f32, n: usiz
 /// `y = x · inv · w` (when `w` is given), then `out[i] = y[i]·c[i] − y[i+h]·s[i]`,
 /// `out[i+h] = y[i+h]·c[i] + y[i]·s[i]`.
 #[inline(always)]
-unsafe fn rope_row<S: Simd>(x: *const f32, norm: Option<(*const f32, S::V)>, c: *const f32, s: *const f32, out: *mut f32, h: usize) {
+unsafe fn rope_row<S: Simd>(
+    x: *const f32,
+    norm: Option<(*const f32, S::V)>,
+    c: *const f32,
+    s: *const f32,
+    out: *mut f32,
+    h: usize,
+) {
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn step<S: Simd>(x: *const f32, norm: Option<(*const f32, S::V)>, c: *const f32, s: *const f32, out: *mut f32, h: usize, i: usize, t: usize) {
+    unsafe fn step<S: Simd>(
+        x: *const f32,
+        norm: Option<(*const f32, S::V)>,
+        c: *const f32,
+        s: *const f32,
+        out: *mut f32,
+        h: usize,
+        i: usize,
+        t: usize,
+    ) {
         let (mut x0, mut x1) = (ld::<S>(x.add(i), t), ld::<S>(x.add(i + h), t));
         if let Some((w, inv)) = norm {
             x0 = S::mul(S::mul(x0, inv), ld::<S>(w.add(i), t));
@@ -202,7 +218,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], rows: usize, n: usize, eps: f32, out: &mut
 }
 
 /// [`rms_norm`] on an explicit ISA.
-pub fn rms_norm_with(isa: Isa, x: &[f32], w: &[f32], rows: usize, n: usize, eps: f32, out: &mut [f32]) -> Result<(), KernelError> {
+pub fn rms_norm_with(
+    isa: Isa,
+    x: &[f32],
+    w: &[f32],
+    rows: usize,
+    n: usize,
+    eps: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let len = mul("rms_norm", rows, n)?;
     check_len("rms_norm: x", len, x.len())?;
@@ -212,20 +236,41 @@ pub fn rms_norm_with(isa: Isa, x: &[f32], w: &[f32], rows: usize, n: usize, eps:
         return Ok(());
     }
     let (xp, wp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(w.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(rows, min_rows(n), 1, |rows| run_on(isa, RmsTask { x: xp.get(), w: wp.get(), out: op.get(), n, eps, rows }));
+    for_ranges(rows, min_rows(n), 1, |rows| {
+        run_on(isa, RmsTask { x: xp.get(), w: wp.get(), out: op.get(), n, eps, rows })
+    });
     Ok(())
 }
 
 /// Residual add fused with RMSNorm: `sum_out = a + b`, `out = rms_norm(sum_out, w)` (see
 /// [`rms_norm`]); `a`, `b`, `sum_out` and `out` are `rows × n`, `w` is `n`.
 #[allow(clippy::too_many_arguments)]
-pub fn add_rms_norm(a: &[f32], b: &[f32], w: &[f32], rows: usize, n: usize, eps: f32, sum_out: &mut [f32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn add_rms_norm(
+    a: &[f32],
+    b: &[f32],
+    w: &[f32],
+    rows: usize,
+    n: usize,
+    eps: f32,
+    sum_out: &mut [f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     add_rms_norm_with(isa(), a, b, w, rows, n, eps, sum_out, out)
 }
 
 /// [`add_rms_norm`] on an explicit ISA.
 #[allow(clippy::too_many_arguments)]
-pub fn add_rms_norm_with(isa: Isa, a: &[f32], b: &[f32], w: &[f32], rows: usize, n: usize, eps: f32, sum_out: &mut [f32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn add_rms_norm_with(
+    isa: Isa,
+    a: &[f32],
+    b: &[f32],
+    w: &[f32],
+    rows: usize,
+    n: usize,
+    eps: f32,
+    sum_out: &mut [f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let len = mul("add_rms_norm", rows, n)?;
     check_len("add_rms_norm: a", len, a.len())?;
@@ -236,15 +281,27 @@ pub fn add_rms_norm_with(isa: Isa, a: &[f32], b: &[f32], w: &[f32], rows: usize,
     if len == 0 {
         return Ok(());
     }
-    let (ap, bp, wp) = (SyncPtr(a.as_ptr() as *mut f32), SyncPtr(b.as_ptr() as *mut f32), SyncPtr(w.as_ptr() as *mut f32));
+    let (ap, bp, wp) =
+        (SyncPtr(a.as_ptr() as *mut f32), SyncPtr(b.as_ptr() as *mut f32), SyncPtr(w.as_ptr() as *mut f32));
     let (sp, op) = (SyncPtr(sum_out.as_mut_ptr()), SyncPtr(out.as_mut_ptr()));
-    for_ranges(rows, min_rows(n), 1, |rows| run_on(isa, AddRmsTask { a: ap.get(), b: bp.get(), w: wp.get(), sum: sp.get(), out: op.get(), n, eps, rows }));
+    for_ranges(rows, min_rows(n), 1, |rows| {
+        run_on(isa, AddRmsTask { a: ap.get(), b: bp.get(), w: wp.get(), sum: sp.get(), out: op.get(), n, eps, rows })
+    });
     Ok(())
 }
 
 /// Checks the shared arguments of the RoPE kernels; returns `seq · heads · head_dim`.
 #[allow(clippy::too_many_arguments)]
-fn check_rope(what: &'static str, x: usize, cos: usize, sin: usize, out: usize, seq: usize, heads: usize, head_dim: usize) -> Result<usize, KernelError> {
+fn check_rope(
+    what: &'static str,
+    x: usize,
+    cos: usize,
+    sin: usize,
+    out: usize,
+    seq: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Result<usize, KernelError> {
     if !head_dim.is_multiple_of(2) {
         return Err(KernelError::Shape(format!("{what}: head_dim {head_dim} is odd")));
     }
@@ -261,13 +318,30 @@ fn check_rope(what: &'static str, x: usize, cos: usize, sin: usize, out: usize, 
 /// `cos, sin: [seq, head_dim / 2]` (shared by all heads). With `h = head_dim / 2`, for `i < h`:
 /// `out[.., i] = x[.., i]·cos[s, i] − x[.., i+h]·sin[s, i]` and
 /// `out[.., i+h] = x[.., i+h]·cos[s, i] + x[.., i]·sin[s, i]`. `head_dim` must be even.
-pub fn rope_neox(x: &[f32], cos: &[f32], sin: &[f32], seq: usize, heads: usize, head_dim: usize, out: &mut [f32]) -> Result<(), KernelError> {
+pub fn rope_neox(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    seq: usize,
+    heads: usize,
+    head_dim: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     rope_neox_with(isa(), x, cos, sin, seq, heads, head_dim, out)
 }
 
 /// [`rope_neox`] on an explicit ISA.
 #[allow(clippy::too_many_arguments)]
-pub fn rope_neox_with(isa: Isa, x: &[f32], cos: &[f32], sin: &[f32], seq: usize, heads: usize, head_dim: usize, out: &mut [f32]) -> Result<(), KernelError> {
+pub fn rope_neox_with(
+    isa: Isa,
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    seq: usize,
+    heads: usize,
+    head_dim: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     rope_impl(isa, x, None, cos, sin, seq, heads, head_dim, out)
 }
 
@@ -275,7 +349,17 @@ pub fn rope_neox_with(isa: Isa, x: &[f32], cos: &[f32], sin: &[f32], seq: usize,
 /// [`rope_neox`]: the q/k-norm + RoPE of Gemma 3 and Qwen 3. `x` and `out` are
 /// `[seq, heads, head_dim]`, `cos` and `sin` are `[seq, head_dim / 2]`.
 #[allow(clippy::too_many_arguments)]
-pub fn rms_norm_rope_neox(x: &[f32], w: &[f32], cos: &[f32], sin: &[f32], seq: usize, heads: usize, head_dim: usize, eps: f32, out: &mut [f32]) -> Result<(), KernelError> {
+pub fn rms_norm_rope_neox(
+    x: &[f32],
+    w: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    seq: usize,
+    heads: usize,
+    head_dim: usize,
+    eps: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     rms_norm_rope_neox_with(isa(), x, w, cos, sin, seq, heads, head_dim, eps, out)
 }
 
@@ -298,13 +382,24 @@ pub fn rms_norm_rope_neox_with(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn rope_impl(isa: Isa, x: &[f32], norm: Option<(&[f32], f32)>, cos: &[f32], sin: &[f32], seq: usize, heads: usize, head_dim: usize, out: &mut [f32]) -> Result<(), KernelError> {
+fn rope_impl(
+    isa: Isa,
+    x: &[f32],
+    norm: Option<(&[f32], f32)>,
+    cos: &[f32],
+    sin: &[f32],
+    seq: usize,
+    heads: usize,
+    head_dim: usize,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let len = check_rope("rope", x.len(), cos.len(), sin.len(), out.len(), seq, heads, head_dim)?;
     if len == 0 {
         return Ok(());
     }
-    let (xp, cp, sp) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(cos.as_ptr() as *mut f32), SyncPtr(sin.as_ptr() as *mut f32));
+    let (xp, cp, sp) =
+        (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(cos.as_ptr() as *mut f32), SyncPtr(sin.as_ptr() as *mut f32));
     let op = SyncPtr(out.as_mut_ptr());
     let norm = norm.map(|(w, eps)| (SyncPtr(w.as_ptr() as *mut f32), eps));
     for_ranges(seq * heads, min_rows(head_dim), 1, |rows| {

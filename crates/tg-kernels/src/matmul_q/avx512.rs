@@ -199,7 +199,8 @@ impl QuantsK4 for Q4K {
     unsafe fn sub(p: *const u8, s: usize) -> (__m512, __m512) {
         let q = _mm256_loadu_si256(p.add(16 + 32 * (s / 2)).cast());
         let m = _mm256_set1_epi8(0x0f);
-        let nib = if s.is_multiple_of(2) { _mm256_and_si256(q, m) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q), m) };
+        let nib =
+            if s.is_multiple_of(2) { _mm256_and_si256(q, m) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q), m) };
         (u8x16(_mm256_castsi256_si128(nib)), u8x16(_mm256_extracti128_si256::<1>(nib)))
     }
 }
@@ -212,7 +213,8 @@ impl QuantsK4 for Q5K {
         let qh = _mm256_loadu_si256(p.add(16).cast());
         let q = _mm256_loadu_si256(p.add(48 + 32 * (s / 2)).cast());
         let m = _mm256_set1_epi8(0x0f);
-        let nib = if s.is_multiple_of(2) { _mm256_and_si256(q, m) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q), m) };
+        let nib =
+            if s.is_multiple_of(2) { _mm256_and_si256(q, m) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q), m) };
         let bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(1 << s));
         let q = _mm256_mask_add_epi8(nib, bit, nib, _mm256_set1_epi8(16));
         (u8x16(_mm256_castsi256_si128(q)), u8x16(_mm256_extracti128_si256::<1>(q)))
@@ -263,10 +265,25 @@ pub(crate) unsafe fn dot_q6_k(x: *const f32, w: *const u8, k: usize) -> f32 {
                 let qa = _mm256_loadu_si256(p.add(64 * $h).cast());
                 let qb = _mm256_loadu_si256(p.add(64 * $h + 32).cast());
                 let hb = _mm256_loadu_si256(p.add(128 + 32 * $h).cast());
-                group!(8 * $h, _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3))));
-                group!(8 * $h + 2, _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30)));
-                group!(8 * $h + 4, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30)));
-                group!(8 * $h + 6, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4), _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)));
+                group!(
+                    8 * $h,
+                    _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3)))
+                );
+                group!(
+                    8 * $h + 2,
+                    _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(hb), m30))
+                );
+                group!(
+                    8 * $h + 4,
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(qa), m4), _mm256_and_si256(hb, m30))
+                );
+                group!(
+                    8 * $h + 6,
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(qb), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hb), m30)
+                    )
+                );
             }};
         }
         half_block!(0);

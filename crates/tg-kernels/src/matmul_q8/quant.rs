@@ -8,7 +8,15 @@ use crate::Isa;
 /// Quantizes one row: `x` (`k` elements) into `q` (`k` quants), `d` (one scale per block),
 /// `s` (sums of each 32 quants for Q8_0, of each 16 for Q8_K) and, for Q8_0, `g` (negated sums
 /// of each 4 quants).
-pub(super) fn quantize_row(isa: Isa, act: GgmlType, x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [i16], g: &mut [i16]) {
+pub(super) fn quantize_row(
+    isa: Isa,
+    act: GgmlType,
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [i16],
+    g: &mut [i16],
+) {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
         // SAFETY: `isa` was checked to be available and every x86 SIMD ISA includes AVX2.
@@ -32,7 +40,9 @@ pub(super) fn quantize_row(isa: Isa, act: GgmlType, x: &[f32], q: &mut [i8], d: 
             *g = -q.iter().map(|&v| i16::from(v)).sum::<i16>();
         }
     } else {
-        for (((x, q), d), s) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).zip(d.iter_mut()).zip(s.chunks_exact_mut(16)) {
+        for (((x, q), d), s) in
+            x.chunks_exact(256).zip(q.chunks_exact_mut(256)).zip(d.iter_mut()).zip(s.chunks_exact_mut(16))
+        {
             *d = q8_k_block(x, q, s);
         }
     }

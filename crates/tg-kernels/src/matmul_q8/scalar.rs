@@ -74,7 +74,8 @@ impl Decoded {
                         self.sc.push(i32::from(sc));
                         self.mins.push(i32::from(m));
                     }
-                    let (qh, qs) = if ty == GgmlType::Q5_K { (Some(&blk[16..48]), &blk[48..176]) } else { (None, &blk[16..144]) };
+                    let (qh, qs) =
+                        if ty == GgmlType::Q5_K { (Some(&blk[16..48]), &blk[48..176]) } else { (None, &blk[16..144]) };
                     for e in 0..256 {
                         let (c, h, j) = (e / 64, (e / 32) % 2, e % 32);
                         let mut v = (qs[32 * c + j] >> (4 * h)) & 0x0F;

@@ -91,7 +91,10 @@ impl Ops for Avx2Ops {
     #[inline(always)]
     unsafe fn add_bits16(v: __m256i, bits: u32) -> __m256i {
         // Byte j gets byte j/8 of `bits`, then tests bit j%8.
-        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303));
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+        );
         let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
         _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(16)))
@@ -272,7 +275,12 @@ struct XRows<const R: usize> {
 /// `fma(d_w·d_x, ·, acc)`, exactly as in ggml's x86 `vec_dot` for these formats, so a tile
 /// reproduces ggml's result bit for bit.
 #[inline(always)]
-unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(w: [*const u8; P], x: XRows<R>, nb: usize, pf: Option<*const u8>) -> [[f32; P]; R] {
+unsafe fn legacy_tile<O: Ops, F: Legacy, const R: usize, const P: usize>(
+    w: [*const u8; P],
+    x: XRows<R>,
+    nb: usize,
+    pf: Option<*const u8>,
+) -> [[f32; P]; R] {
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     for b in 0..nb {
         let mut wv = [_mm256_setzero_si256(); P];
@@ -531,20 +539,37 @@ impl KQuant for Q6K {
         };
         // Scales 2c (low 128-bit lane: elements 0..16) and 2c+1 (high lane).
         let pair = _mm256_permutevar8x32_epi32(h.scales, _mm256_set1_epi32(c as i32));
-        let sc = _mm256_shuffle_epi8(pair, _mm256_setr_epi64x(0x0100_0100_0100_0100, 0x0100_0100_0100_0100, 0x0302_0302_0302_0302, 0x0302_0302_0302_0302));
+        let sc = _mm256_shuffle_epi8(
+            pair,
+            _mm256_setr_epi64x(
+                0x0100_0100_0100_0100,
+                0x0100_0100_0100_0100,
+                0x0302_0302_0302_0302,
+                0x0302_0302_0302_0302,
+            ),
+        );
         (_mm256_or_si256(lo, hi), sc)
     }
     #[inline(always)]
     unsafe fn finish(acc: &mut __m256, _accm: &mut __m128, isum: __m256i, bsums: __m256i, h: &KHeader, dx: f32) {
         // Σ_t sc_t·Σ(u − 32)·x = isum − 32·Σ_t sc_t·bsum_t.
         let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(h.scales, bsums));
-        *acc = _mm256_fmadd_ps(_mm256_mul_ps(h.d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)), *acc);
+        *acc = _mm256_fmadd_ps(
+            _mm256_mul_ps(h.d, _mm256_set1_ps(dx)),
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr)),
+            *acc,
+        );
     }
 }
 
 /// `R × P` dot products of whole rows for a K-quant format.
 #[inline(always)]
-unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(w: [*const u8; P], x: XRows<R>, nb: usize, pf: Option<*const u8>) -> [[f32; P]; R] {
+unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(
+    w: [*const u8; P],
+    x: XRows<R>,
+    nb: usize,
+    pf: Option<*const u8>,
+) -> [[f32; P]; R] {
     let mut acc = [[_mm256_setzero_ps(); P]; R];
     let mut accm = [[_mm_setzero_ps(); P]; R];
     for b in 0..nb {
@@ -595,7 +620,12 @@ unsafe fn kquant_tile<O: Ops, F: KQuant, const R: usize, const P: usize>(w: [*co
 /// results are dropped) against weight rows `cols` (pairs; an odd last row is paired with
 /// itself).
 #[inline(always)]
-unsafe fn tiles<O: Ops, const R: usize, const P: usize>(t: &Task<'_>, i0: usize, rv: usize, cols: std::ops::Range<usize>) {
+unsafe fn tiles<O: Ops, const R: usize, const P: usize>(
+    t: &Task<'_>,
+    i0: usize,
+    rv: usize,
+    cols: std::ops::Range<usize>,
+) {
     let xq = t.xq;
     let k = xq.k;
     let (bs, sums) = if xq.ty == GgmlType::Q8_0 { (32, 1) } else { (256, 16) };

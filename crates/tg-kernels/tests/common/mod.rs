@@ -79,7 +79,10 @@ pub fn check_dot(what: &str, y: &[f32], refs: &(Vec<f64>, Vec<f64>), k: usize) -
     let bound = dot_bound(k);
     for (i, (&v, (&r, &mag))) in y.iter().zip(refs.0.iter().zip(&refs.1)).enumerate() {
         let err = (v as f64 - r).abs();
-        assert!(err <= bound * mag + 1e-30, "{what}: element {i}: got {v}, reference {r}, |err| {err:e} > {bound:e} · Σ|terms| {mag:e}");
+        assert!(
+            err <= bound * mag + 1e-30,
+            "{what}: element {i}: got {v}, reference {r}, |err| {err:e} > {bound:e} · Σ|terms| {mag:e}"
+        );
     }
     nmse(y, &refs.0)
 }

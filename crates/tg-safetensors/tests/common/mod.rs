@@ -33,7 +33,9 @@ pub fn embed_model_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TG_EMBED_MODEL") {
         return PathBuf::from(dir);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"));
     home.join(".cache/tensor-graphs/models/embeddinggemma-300m")
 }
 
@@ -43,7 +45,10 @@ pub fn embed_model_file(test: &str, rel: &str) -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        println!("SKIPPED {test}: {} not found (run scripts/fetch_embedding_model.py or set TG_EMBED_MODEL)", path.display());
+        println!(
+            "SKIPPED {test}: {} not found (run scripts/fetch_embedding_model.py or set TG_EMBED_MODEL)",
+            path.display()
+        );
         None
     }
 }
@@ -53,7 +58,10 @@ pub fn scratch_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "tg-safetensors-{test}-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -179,7 +179,11 @@ impl AddedVocab {
     /// free id after the model vocabulary; the `id` written in the file is not
     /// used (`tokenizers` only warns when it differs). Empty contents are
     /// ignored.
-    pub(crate) fn new(raw_tokens: Vec<RawAddedToken>, vocab: &Vocab, normalizer: Option<&Normalizer>) -> Result<AddedVocab, TokenizerError> {
+    pub(crate) fn new(
+        raw_tokens: Vec<RawAddedToken>,
+        vocab: &Vocab,
+        normalizer: Option<&Normalizer>,
+    ) -> Result<AddedVocab, TokenizerError> {
         let mut av = AddedVocab::default();
         let vocab_size = vocab.len() as u64;
         let mut next_id: u64 = vocab_size;
@@ -192,10 +196,17 @@ impl AddedVocab {
                     continue;
                 }
             }
-            let id = match av.by_content.get(&t.content).copied().or_else(|| vocab.id(&t.content)) {
+            let id = match av
+                .by_content
+                .get(&t.content)
+                .copied()
+                .or_else(|| vocab.id(&t.content))
+            {
                 Some(id) => id,
                 None => {
-                    let id = u32::try_from(next_id).map_err(|_| TokenizerError::HfInvalid("added token ids exceed u32".to_string()))?;
+                    let id = u32::try_from(next_id).map_err(|_| {
+                        TokenizerError::HfInvalid("added token ids exceed u32".to_string())
+                    })?;
                     next_id += 1;
                     id
                 }
@@ -229,12 +240,21 @@ impl AddedVocab {
         ids.sort_unstable();
         for id in ids {
             let t = &av.by_id[&id];
-            let (trie, pattern) = if t.normalized { (&mut av.normalized, t.decode_text()) } else { (&mut av.raw, t.content.as_str()) };
+            let (trie, pattern) = if t.normalized {
+                (&mut av.normalized, t.decode_text())
+            } else {
+                (&mut av.raw, t.content.as_str())
+            };
             if pattern.is_empty() {
-                return Err(TokenizerError::HfInvalid(format!("added token {:?} (id {id}) normalizes to an empty string", t.content)));
+                return Err(TokenizerError::HfInvalid(format!(
+                    "added token {:?} (id {id}) normalizes to an empty string",
+                    t.content
+                )));
             }
             if let Err(other) = trie.insert(pattern, id) {
-                return Err(TokenizerError::HfInvalid(format!("added tokens {other} and {id} both match the text {pattern:?}")));
+                return Err(TokenizerError::HfInvalid(format!(
+                    "added tokens {other} and {id} both match the text {pattern:?}"
+                )));
             }
         }
         Ok(av)
@@ -306,8 +326,10 @@ impl AddedVocab {
                 continue;
             }
             if t.single_word {
-                let start_space = start == 0 || !text[..start].chars().next_back().is_some_and(is_word_char);
-                let stop_space = stop == text.len() || !text[stop..].chars().next().is_some_and(is_word_char);
+                let start_space =
+                    start == 0 || !text[..start].chars().next_back().is_some_and(is_word_char);
+                let stop_space =
+                    stop == text.len() || !text[stop..].chars().next().is_some_and(is_word_char);
                 if !start_space || !stop_space {
                     continue;
                 }

@@ -60,7 +60,11 @@ fn pair_key(left: u32, right: u32) -> u64 {
 
 impl Bpe {
     /// Builds the model. `merges` are `(left, right)` token texts in rank order.
-    pub(crate) fn new<'a>(vocab: Vocab, merges: impl ExactSizeIterator<Item = (&'a str, &'a str)>, opts: BpeOptions) -> Result<Bpe, TokenizerError> {
+    pub(crate) fn new<'a>(
+        vocab: Vocab,
+        merges: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+        opts: BpeOptions,
+    ) -> Result<Bpe, TokenizerError> {
         let prefix = opts.continuing_subword_prefix.as_deref().unwrap_or("");
         let mut map: FxHashMap<u64, (u32, u32)> = FxHashMap::default();
         map.reserve(merges.len());
@@ -88,7 +92,12 @@ impl Bpe {
             joined.clear();
             joined_ends.clear();
             for (i, &(a, b)) in chunk.iter().enumerate() {
-                let missing = |t: &str| TokenizerError::HfInvalid(format!("merge #{} ({a:?}, {b:?}): token {t:?} is not in model.vocab", rank + i));
+                let missing = |t: &str| {
+                    TokenizerError::HfInvalid(format!(
+                        "merge #{} ({a:?}, {b:?}): token {t:?} is not in model.vocab",
+                        rank + i
+                    ))
+                };
                 if ids[2 * i].is_none() {
                     return Err(missing(a));
                 }
@@ -118,8 +127,15 @@ impl Bpe {
                 let (Some(a_id), Some(b_id)) = (ids[2 * i], ids[2 * i + 1]) else {
                     continue; // unreachable: checked above
                 };
-                let new_id = new_ids[i].ok_or_else(|| TokenizerError::HfInvalid(format!("merge #{} ({a:?}, {b:?}): token {:?} is not in model.vocab", rank + i, merged[i])))?;
-                let r = u32::try_from(rank + i).map_err(|_| TokenizerError::HfInvalid("more than 2^32 merges".to_string()))?;
+                let new_id = new_ids[i].ok_or_else(|| {
+                    TokenizerError::HfInvalid(format!(
+                        "merge #{} ({a:?}, {b:?}): token {:?} is not in model.vocab",
+                        rank + i,
+                        merged[i]
+                    ))
+                })?;
+                let r = u32::try_from(rank + i)
+                    .map_err(|_| TokenizerError::HfInvalid("more than 2^32 merges".to_string()))?;
                 // A repeated pair keeps its last rank, as in `tokenizers`.
                 map.insert(pair_key(a_id, b_id), (r, new_id));
             }
@@ -132,7 +148,13 @@ impl Bpe {
                 *slot = id;
             }
         }
-        Ok(Bpe { vocab, merges: map, opts, unk_id, byte_ids })
+        Ok(Bpe {
+            vocab,
+            merges: map,
+            opts,
+            unk_id,
+            byte_ids,
+        })
     }
 
     /// The vocabulary.
@@ -176,7 +198,12 @@ impl Bpe {
             if let Some(last) = syms.last_mut() {
                 last.next = n;
             }
-            syms.push(Symbol { id, prev: if n == 0 { NONE } else { n - 1 }, next: NONE, len });
+            syms.push(Symbol {
+                id,
+                prev: if n == 0 { NONE } else { n - 1 },
+                next: NONE,
+                len,
+            });
         };
         let prefix = self.opts.continuing_subword_prefix.as_deref();
         let suffix = self.opts.end_of_word_suffix.as_deref();
@@ -207,7 +234,11 @@ impl Bpe {
                 continue;
             }
             if let Some(unk_text) = &self.opts.unk_token {
-                let unk_id = self.unk_id.ok_or_else(|| TokenizerError::HfInvalid(format!("model.unk_token {unk_text:?} is not in model.vocab")))?;
+                let unk_id = self.unk_id.ok_or_else(|| {
+                    TokenizerError::HfInvalid(format!(
+                        "model.unk_token {unk_text:?} is not in model.vocab"
+                    ))
+                })?;
                 unk = match unk {
                     Some((uid, ulen)) if self.opts.fuse_unk => Some((uid, ulen + byte_len)),
                     Some((uid, ulen)) => {
@@ -227,7 +258,8 @@ impl Bpe {
 
     fn merge_all(&self, syms: &mut [Symbol]) {
         // Min-heap on (rank, position); the merged id rides along.
-        let mut heap: BinaryHeap<Reverse<(u32, usize, u32)>> = BinaryHeap::with_capacity(syms.len());
+        let mut heap: BinaryHeap<Reverse<(u32, usize, u32)>> =
+            BinaryHeap::with_capacity(syms.len());
         for (pos, w) in syms.windows(2).enumerate() {
             if let Some(&(rank, new_id)) = self.merges.get(&pair_key(w[0].id, w[1].id)) {
                 heap.push(Reverse((rank, pos, new_id)));

@@ -50,14 +50,27 @@ impl Decoder {
                 }
                 Decoder::Sequence(seq)
             }
-            "Replace" => Decoder::Replace { pattern: o.string_pattern("pattern")?, content: o.str("content")?.to_string() },
+            "Replace" => Decoder::Replace {
+                pattern: o.string_pattern("pattern")?,
+                content: o.str("content")?.to_string(),
+            },
             "ByteFallback" => Decoder::ByteFallback,
             "Fuse" => Decoder::Fuse,
-            "Strip" => Decoder::Strip { content: o.char("content")?, start: o.usize("start")?, stop: o.usize("stop")? },
+            "Strip" => Decoder::Strip {
+                content: o.char("content")?,
+                start: o.usize("start")?,
+                stop: o.usize("stop")?,
+            },
             "Metaspace" => {
                 // Same fields as the Metaspace pre-tokenizer.
-                let PreTokenizerFields { replacement, prepend } = metaspace_fields(&o)?;
-                Decoder::Metaspace { replacement, prepend }
+                let PreTokenizerFields {
+                    replacement,
+                    prepend,
+                } = metaspace_fields(&o)?;
+                Decoder::Metaspace {
+                    replacement,
+                    prepend,
+                }
             }
             other => {
                 return Err(o.unsupported(format!(
@@ -72,11 +85,24 @@ impl Decoder {
     pub(crate) fn decode_chain(&self, tokens: Vec<String>) -> Vec<String> {
         match self {
             Decoder::Sequence(seq) => seq.iter().fold(tokens, |t, d| d.decode_chain(t)),
-            Decoder::Replace { pattern, content } => tokens.into_iter().map(|t| t.replace(pattern.as_str(), content)).collect(),
+            Decoder::Replace { pattern, content } => tokens
+                .into_iter()
+                .map(|t| t.replace(pattern.as_str(), content))
+                .collect(),
             Decoder::ByteFallback => byte_fallback(tokens),
             Decoder::Fuse => vec![tokens.concat()],
-            Decoder::Strip { content, start, stop } => tokens.into_iter().map(|t| strip(&t, *content, *start, *stop)).collect(),
-            Decoder::Metaspace { replacement, prepend } => tokens
+            Decoder::Strip {
+                content,
+                start,
+                stop,
+            } => tokens
+                .into_iter()
+                .map(|t| strip(&t, *content, *start, *stop))
+                .collect(),
+            Decoder::Metaspace {
+                replacement,
+                prepend,
+            } => tokens
                 .iter()
                 .enumerate()
                 .map(|(i, t)| {
@@ -119,7 +145,10 @@ fn metaspace_fields(o: &Obj<'_>) -> Result<PreTokenizerFields, TokenizerError> {
     if o.opt_bool("add_prefix_space")? == Some(false) && prepend != PrependScheme::Never {
         return Err(o.invalid("add_prefix_space does not match declared prepend_scheme"));
     }
-    Ok(PreTokenizerFields { replacement, prepend })
+    Ok(PreTokenizerFields {
+        replacement,
+        prepend,
+    })
 }
 
 /// The byte of a `<0xNN>` token (parsed as `tokenizers` does).
@@ -161,8 +190,17 @@ fn byte_fallback(tokens: Vec<String>) -> Vec<String> {
 
 fn strip(t: &str, content: char, start: usize, stop: usize) -> String {
     let chars: Vec<char> = t.chars().collect();
-    let lead = chars.iter().take(start).take_while(|&&c| c == content).count();
-    let trail = chars[lead..].iter().rev().take(stop).take_while(|&&c| c == content).count();
+    let lead = chars
+        .iter()
+        .take(start)
+        .take_while(|&&c| c == content)
+        .count();
+    let trail = chars[lead..]
+        .iter()
+        .rev()
+        .take(stop)
+        .take_while(|&&c| c == content)
+        .count();
     chars[lead..chars.len() - trail].iter().collect()
 }
 
@@ -182,8 +220,17 @@ mod tests {
     #[test]
     fn byte_fallback_runs() {
         let toks = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(byte_fallback(toks(&["a", "<0xE2>", "<0x96>", "<0x81>", "b"])), toks(&["a", "▁", "b"]));
-        assert_eq!(byte_fallback(toks(&["<0xE2>", "<0x96>", "x", "<0xFF>"])), toks(&["\u{FFFD}", "\u{FFFD}", "x", "\u{FFFD}"]));
-        assert_eq!(byte_fallback(toks(&["<0x4G>", "<0x41>"])), toks(&["<0x4G>", "A"]));
+        assert_eq!(
+            byte_fallback(toks(&["a", "<0xE2>", "<0x96>", "<0x81>", "b"])),
+            toks(&["a", "▁", "b"])
+        );
+        assert_eq!(
+            byte_fallback(toks(&["<0xE2>", "<0x96>", "x", "<0xFF>"])),
+            toks(&["\u{FFFD}", "\u{FFFD}", "x", "\u{FFFD}"])
+        );
+        assert_eq!(
+            byte_fallback(toks(&["<0x4G>", "<0x41>"])),
+            toks(&["<0x4G>", "A"])
+        );
     }
 }

@@ -29,13 +29,19 @@ impl<'a> Obj<'a> {
         let path = path.into();
         match v {
             Value::Object(map) => Ok(Obj { path, map }),
-            other => Err(TokenizerError::HfInvalid(format!("{path} must be an object, found {}", json_kind(other)))),
+            other => Err(TokenizerError::HfInvalid(format!(
+                "{path} must be an object, found {}",
+                json_kind(other)
+            ))),
         }
     }
 
     /// An error: `detail` is not supported here.
     pub(crate) fn unsupported(&self, detail: impl Into<String>) -> TokenizerError {
-        TokenizerError::HfUnsupported { component: self.path.clone(), detail: detail.into() }
+        TokenizerError::HfUnsupported {
+            component: self.path.clone(),
+            detail: detail.into(),
+        }
     }
 
     /// An error: the document is inconsistent here.
@@ -47,8 +53,13 @@ impl<'a> Obj<'a> {
     pub(crate) fn type_name(&self) -> Result<&'a str, TokenizerError> {
         match self.map.get("type") {
             Some(Value::String(s)) => Ok(s),
-            Some(other) => Err(self.invalid(format!("`type` must be a string, found {}", json_kind(other)))),
-            None => Err(self.unsupported("a component without a `type` field (legacy untagged form)")),
+            Some(other) => Err(self.invalid(format!(
+                "`type` must be a string, found {}",
+                json_kind(other)
+            ))),
+            None => {
+                Err(self.unsupported("a component without a `type` field (legacy untagged form)"))
+            }
         }
     }
 
@@ -59,14 +70,18 @@ impl<'a> Obj<'a> {
 
     /// A required field.
     pub(crate) fn req(&self, key: &str) -> Result<&'a Value, TokenizerError> {
-        self.get(key).ok_or_else(|| self.invalid(format!("missing field `{key}`")))
+        self.get(key)
+            .ok_or_else(|| self.invalid(format!("missing field `{key}`")))
     }
 
     /// A required string field.
     pub(crate) fn str(&self, key: &str) -> Result<&'a str, TokenizerError> {
         match self.req(key)? {
             Value::String(s) => Ok(s),
-            other => Err(self.invalid(format!("`{key}` must be a string, found {}", json_kind(other)))),
+            other => Err(self.invalid(format!(
+                "`{key}` must be a string, found {}",
+                json_kind(other)
+            ))),
         }
     }
 
@@ -75,18 +90,25 @@ impl<'a> Obj<'a> {
         match self.get(key) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(self.invalid(format!("`{key}` must be a boolean, found {}", json_kind(other)))),
+            Some(other) => Err(self.invalid(format!(
+                "`{key}` must be a boolean, found {}",
+                json_kind(other)
+            ))),
         }
     }
 
     /// A required boolean field.
     pub(crate) fn bool(&self, key: &str) -> Result<bool, TokenizerError> {
-        self.opt_bool(key)?.ok_or_else(|| self.invalid(format!("missing field `{key}`")))
+        self.opt_bool(key)?
+            .ok_or_else(|| self.invalid(format!("missing field `{key}`")))
     }
 
     /// A required non-negative integer field.
     pub(crate) fn usize(&self, key: &str) -> Result<usize, TokenizerError> {
-        self.req(key)?.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| self.invalid(format!("`{key}` must be a non-negative integer")))
+        self.req(key)?
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| self.invalid(format!("`{key}` must be a non-negative integer")))
     }
 
     /// A required field holding a single character.
@@ -103,7 +125,10 @@ impl<'a> Obj<'a> {
     pub(crate) fn array(&self, key: &str) -> Result<&'a [Value], TokenizerError> {
         match self.req(key)? {
             Value::Array(a) => Ok(a),
-            other => Err(self.invalid(format!("`{key}` must be an array, found {}", json_kind(other)))),
+            other => Err(self.invalid(format!(
+                "`{key}` must be an array, found {}",
+                json_kind(other)
+            ))),
         }
     }
 
@@ -116,7 +141,10 @@ impl<'a> Obj<'a> {
             return match v {
                 Value::String(s) if !s.is_empty() => Ok(s.clone()),
                 Value::String(_) => Err(p.unsupported("an empty String pattern")),
-                other => Err(p.invalid(format!("`String` must be a string, found {}", json_kind(other)))),
+                other => Err(p.invalid(format!(
+                    "`String` must be a string, found {}",
+                    json_kind(other)
+                ))),
             };
         }
         if p.get("Regex").is_some() {

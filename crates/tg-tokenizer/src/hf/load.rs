@@ -130,7 +130,9 @@ pub(crate) struct RawMerges {
 impl RawMerges {
     /// The merges in rank order.
     pub(crate) fn pairs(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
-        self.spans.iter().map(|&(s, m, e)| (&self.text[s..m], &self.text[m..e]))
+        self.spans
+            .iter()
+            .map(|&(s, m, e)| (&self.text[s..m], &self.text[m..e]))
     }
 }
 
@@ -145,7 +147,10 @@ impl<'de> Deserialize<'de> for RawMerges {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawMerges, A::Error> {
                 let mut m = RawMerges::default();
                 let mut line = String::new();
-                while let Some(kind) = seq.next_element_seed(MergeSeed { merges: &mut m, line: &mut line })? {
+                while let Some(kind) = seq.next_element_seed(MergeSeed {
+                    merges: &mut m,
+                    line: &mut line,
+                })? {
                     if kind == MergeKind::Line {
                         // Legacy "a b" form; `#version` lines are comments.
                         if line.starts_with("#version") {
@@ -153,8 +158,11 @@ impl<'de> Deserialize<'de> for RawMerges {
                         }
                         let rank = m.spans.len();
                         let mut parts = line.split(' ');
-                        let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next()) else {
-                            return Err(de::Error::custom(format!("merge #{rank} {line:?} is not two tokens separated by one space")));
+                        let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next())
+                        else {
+                            return Err(de::Error::custom(format!(
+                                "merge #{rank} {line:?} is not two tokens separated by one space"
+                            )));
                         };
                         let s = m.text.len();
                         m.text.push_str(a);
@@ -208,7 +216,10 @@ impl<'de> Visitor<'de> for MergeSeed<'_> {
         let second = seq.next_element_seed(StrInto(&mut m.text))?;
         let end = m.text.len();
         if first.is_none() || second.is_none() || seq.next_element::<IgnoredAny>()?.is_some() {
-            return Err(de::Error::custom(format!("merge #{} is not a pair of two strings", m.spans.len())));
+            return Err(de::Error::custom(format!(
+                "merge #{} is not a pair of two strings",
+                m.spans.len()
+            )));
         }
         m.spans.push((s, mid, end));
         Ok(MergeKind::Pair)
@@ -221,7 +232,9 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<RawFile, TokenizerError> {
     // tuple of its fields), with a confusing message; refuse it up front.
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|&b| b != b'{') {
-        return Err(TokenizerError::HfInvalid("the document must be a JSON object".to_string()));
+        return Err(TokenizerError::HfInvalid(
+            "the document must be a JSON object".to_string(),
+        ));
     }
     Ok(serde_json::from_slice(bytes)?)
 }

@@ -50,7 +50,10 @@ pub struct EncodeOptions {
 impl Default for EncodeOptions {
     /// `add_special_tokens: true, parse_special: true` (the `tokenizers` defaults).
     fn default() -> Self {
-        EncodeOptions { add_special_tokens: true, parse_special: true }
+        EncodeOptions {
+            add_special_tokens: true,
+            parse_special: true,
+        }
     }
 }
 
@@ -119,14 +122,20 @@ pub struct HfTokenizer {
 }
 
 fn unsupported(component: &str, detail: impl Into<String>) -> TokenizerError {
-    TokenizerError::HfUnsupported { component: component.to_string(), detail: detail.into() }
+    TokenizerError::HfUnsupported {
+        component: component.to_string(),
+        detail: detail.into(),
+    }
 }
 
 impl HfTokenizer {
     /// Loads a `tokenizer.json` file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<HfTokenizer, TokenizerError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         HfTokenizer::from_bytes(&bytes)
     }
 
@@ -148,40 +157,80 @@ impl HfTokenizer {
             }
         }
         if raw.truncation.is_some() {
-            return Err(unsupported("truncation", "truncation settings (null expected; truncate the ids yourself)"));
+            return Err(unsupported(
+                "truncation",
+                "truncation settings (null expected; truncate the ids yourself)",
+            ));
         }
         let pad = match &raw.padding {
             Some(p) => parse_padding(p)?,
             None => None,
         };
 
-        let normalizer = raw.normalizer.as_ref().map(|v| Normalizer::from_json(v, "normalizer")).transpose()?;
-        let pre_tokenizer = raw.pre_tokenizer.as_ref().map(|v| PreTokenizer::from_json(v, "pre_tokenizer")).transpose()?;
-        let template = raw.post_processor.as_ref().map(|v| Template::from_json(v, "post_processor")).transpose()?;
-        let decoder = raw.decoder.as_ref().map(|v| Decoder::from_json(v, "decoder")).transpose()?;
+        let normalizer = raw
+            .normalizer
+            .as_ref()
+            .map(|v| Normalizer::from_json(v, "normalizer"))
+            .transpose()?;
+        let pre_tokenizer = raw
+            .pre_tokenizer
+            .as_ref()
+            .map(|v| PreTokenizer::from_json(v, "pre_tokenizer"))
+            .transpose()?;
+        let template = raw
+            .post_processor
+            .as_ref()
+            .map(|v| Template::from_json(v, "post_processor"))
+            .transpose()?;
+        let decoder = raw
+            .decoder
+            .as_ref()
+            .map(|v| Decoder::from_json(v, "decoder"))
+            .transpose()?;
 
-        let model = raw.model.ok_or_else(|| TokenizerError::HfInvalid("missing field `model`".to_string()))?;
+        let model = raw
+            .model
+            .ok_or_else(|| TokenizerError::HfInvalid("missing field `model`".to_string()))?;
         match model.ty.as_deref() {
             Some("BPE") => {}
             None if model.merges.is_some() => {}
-            None => return Err(unsupported("model", "a model without `type` and without `merges` (only BPE is implemented)")),
-            Some(other) => return Err(unsupported("model", format!("model type `{other}` (only BPE is implemented)"))),
+            None => {
+                return Err(unsupported(
+                    "model",
+                    "a model without `type` and without `merges` (only BPE is implemented)",
+                ))
+            }
+            Some(other) => {
+                return Err(unsupported(
+                    "model",
+                    format!("model type `{other}` (only BPE is implemented)"),
+                ))
+            }
         }
         if let Some(p) = model.dropout {
             if p != 0.0 {
-                return Err(unsupported("model.dropout", format!("dropout {p} (BPE dropout makes encoding random; null expected)")));
+                return Err(unsupported(
+                    "model.dropout",
+                    format!("dropout {p} (BPE dropout makes encoding random; null expected)"),
+                ));
             }
         }
-        let opt_string = |v: &Option<Value>, name: &str| -> Result<Option<String>, TokenizerError> {
-            match v {
-                None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(TokenizerError::HfInvalid(format!("model.{name} must be a string or null"))),
-            }
-        };
+        let opt_string =
+            |v: &Option<Value>, name: &str| -> Result<Option<String>, TokenizerError> {
+                match v {
+                    None => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(TokenizerError::HfInvalid(format!(
+                        "model.{name} must be a string or null"
+                    ))),
+                }
+            };
         let opts = BpeOptions {
             unk_token: opt_string(&model.unk_token, "unk_token")?,
-            continuing_subword_prefix: opt_string(&model.continuing_subword_prefix, "continuing_subword_prefix")?,
+            continuing_subword_prefix: opt_string(
+                &model.continuing_subword_prefix,
+                "continuing_subword_prefix",
+            )?,
             end_of_word_suffix: model.end_of_word_suffix,
             fuse_unk: model.fuse_unk.unwrap_or(false),
             byte_fallback: model.byte_fallback.unwrap_or(false),
@@ -189,24 +238,56 @@ impl HfTokenizer {
         };
         let vocab = match model.vocab {
             Some(RawVocab::Map(b)) => b.build()?,
-            Some(RawVocab::NotAMap) => return Err(TokenizerError::HfInvalid("model.vocab must be an object mapping token text to id".to_string())),
-            None => return Err(TokenizerError::HfInvalid("missing field `model.vocab`".to_string())),
+            Some(RawVocab::NotAMap) => {
+                return Err(TokenizerError::HfInvalid(
+                    "model.vocab must be an object mapping token text to id".to_string(),
+                ))
+            }
+            None => {
+                return Err(TokenizerError::HfInvalid(
+                    "missing field `model.vocab`".to_string(),
+                ))
+            }
         };
-        let merges = model.merges.ok_or_else(|| TokenizerError::HfInvalid("missing field `model.merges`".to_string()))?;
+        let merges = model
+            .merges
+            .ok_or_else(|| TokenizerError::HfInvalid("missing field `model.merges`".to_string()))?;
         let bpe = Bpe::new(vocab, merges.pairs(), opts)?;
-        let added = AddedVocab::new(raw.added_tokens.unwrap_or_default(), bpe.vocab(), normalizer.as_ref())?;
-        Ok(HfTokenizer { bpe, added, normalizer, pre_tokenizer, template, decoder, pad })
+        let added = AddedVocab::new(
+            raw.added_tokens.unwrap_or_default(),
+            bpe.vocab(),
+            normalizer.as_ref(),
+        )?;
+        Ok(HfTokenizer {
+            bpe,
+            added,
+            normalizer,
+            pre_tokenizer,
+            template,
+            decoder,
+            pad,
+        })
     }
 
     /// Encodes `text`, matching special tokens written in it; with
     /// `add_special_tokens` the post-processor's template is applied.
     /// Same as `tokenizer.encode(text, add_special_tokens=...).ids` in `tokenizers`.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        self.encode_with(text, EncodeOptions { add_special_tokens, parse_special: true })
+        self.encode_with(
+            text,
+            EncodeOptions {
+                add_special_tokens,
+                parse_special: true,
+            },
+        )
     }
 
     /// Encodes `text` with explicit [`EncodeOptions`].
-    pub fn encode_with(&self, text: &str, options: EncodeOptions) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode_with(
+        &self,
+        text: &str,
+        options: EncodeOptions,
+    ) -> Result<Vec<u32>, TokenizerError> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 4);
         self.encode_sequence(text, options.parse_special, &mut ids)?;
         match &self.template {
@@ -219,7 +300,12 @@ impl HfTokenizer {
     /// cross-encoder); with `add_special_tokens` the post-processor's `pair`
     /// template joins them, otherwise (or without a post-processor) they are
     /// concatenated.
-    pub fn encode_pair(&self, a: &str, b: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
         let mut ids_a = Vec::new();
         self.encode_sequence(a, true, &mut ids_a)?;
         let mut ids_b = Vec::new();
@@ -233,7 +319,12 @@ impl HfTokenizer {
         }
     }
 
-    fn encode_sequence(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) -> Result<(), TokenizerError> {
+    fn encode_sequence(
+        &self,
+        text: &str,
+        parse_special: bool,
+        out: &mut Vec<u32>,
+    ) -> Result<(), TokenizerError> {
         let mut splits = Vec::new();
         if self.added.has_raw() {
             self.added.split_raw(text, parse_special, &mut splits);
@@ -257,7 +348,8 @@ impl HfTokenizer {
             };
             norm_splits.clear();
             if self.added.has_normalized() {
-                self.added.split_normalized(&normalized, parse_special, &mut norm_splits);
+                self.added
+                    .split_normalized(&normalized, parse_special, &mut norm_splits);
             } else if !normalized.is_empty() {
                 norm_splits.push(Split::Text(0, normalized.len()));
             }
@@ -274,7 +366,10 @@ impl HfTokenizer {
                     continue;
                 };
                 pieces.clear();
-                pieces.push(Piece { text: normalized[s..e].to_string(), first: start == 0 && s == 0 });
+                pieces.push(Piece {
+                    text: normalized[s..e].to_string(),
+                    first: start == 0 && s == 0,
+                });
                 pt.pre_tokenize(&mut pieces);
                 for p in &pieces {
                     self.bpe.tokenize(&p.text, out)?;
@@ -291,7 +386,10 @@ impl HfTokenizer {
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
         let mut tokens = Vec::with_capacity(ids.len());
         for &id in ids {
-            let text = self.token_text(id).ok_or(TokenizerError::InvalidTokenId { id, vocab_size: self.id_limit() })?;
+            let text = self.token_text(id).ok_or(TokenizerError::InvalidTokenId {
+                id,
+                vocab_size: self.id_limit(),
+            })?;
             if skip_special_tokens && self.added.is_special_text(text) {
                 continue;
             }
@@ -338,14 +436,23 @@ impl HfTokenizer {
     /// Number of distinct token texts including added tokens that are not in
     /// the model vocabulary (`get_vocab_size(True)`; 262,145 for EmbeddingGemma-300M).
     pub fn vocab_size_with_added_tokens(&self) -> usize {
-        let extra = self.added.contents().filter(|c| self.bpe.vocab().id(c).is_none()).count();
+        let extra = self
+            .added
+            .contents()
+            .filter(|c| self.bpe.vocab().id(c).is_none())
+            .count();
         self.vocab_size() + extra
     }
 
     /// One more than the largest id this tokenizer can produce or decode
     /// (model vocabulary and added tokens).
     pub fn id_limit(&self) -> usize {
-        let added_max = self.added.iter().map(|t| t.id as usize + 1).max().unwrap_or(0);
+        let added_max = self
+            .added
+            .iter()
+            .map(|t| t.id as usize + 1)
+            .max()
+            .unwrap_or(0);
         self.bpe.vocab().id_limit().max(added_max)
     }
 
@@ -353,7 +460,10 @@ impl HfTokenizer {
     /// model's embedding table), naming the first one that is not.
     pub fn check_ids_below(ids: &[u32], limit: usize) -> Result<(), TokenizerError> {
         match ids.iter().find(|&&id| id as usize >= limit) {
-            Some(&id) => Err(TokenizerError::InvalidTokenId { id, vocab_size: limit }),
+            Some(&id) => Err(TokenizerError::InvalidTokenId {
+                id,
+                vocab_size: limit,
+            }),
             None => Ok(()),
         }
     }
@@ -373,7 +483,12 @@ impl HfTokenizer {
     /// The padding id: `padding.pad_id` when the document configures padding,
     /// else the special added token `<pad>` or `[PAD]` if there is one.
     pub fn pad(&self) -> Option<u32> {
-        self.pad.or_else(|| ["<pad>", "[PAD]"].iter().filter_map(|c| self.added.id(c)).find(|&id| self.is_special(id)))
+        self.pad.or_else(|| {
+            ["<pad>", "[PAD]"]
+                .iter()
+                .filter_map(|c| self.added.id(c))
+                .find(|&id| self.is_special(id))
+        })
     }
 
     /// The model's unknown token id, if it has one.
@@ -411,6 +526,10 @@ fn parse_padding(v: &Value) -> Result<Option<u32>, TokenizerError> {
     }
     match o.get("pad_id") {
         None => Ok(None),
-        Some(id) => id.as_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| o.invalid("`pad_id` must be a u32")),
+        Some(id) => id
+            .as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .map(Some)
+            .ok_or_else(|| o.invalid("`pad_id` must be a u32")),
     }
 }

@@ -41,18 +41,27 @@ impl Normalizer {
                 let items = o.array("normalizers")?;
                 let mut seq = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    seq.push(Normalizer::from_json(item, &format!("{path}.normalizers[{i}]"))?);
+                    seq.push(Normalizer::from_json(
+                        item,
+                        &format!("{path}.normalizers[{i}]"),
+                    )?);
                 }
                 Normalizer::Sequence(seq)
             }
-            "Replace" => Normalizer::Replace { pattern: o.string_pattern("pattern")?, content: o.str("content")?.to_string() },
+            "Replace" => Normalizer::Replace {
+                pattern: o.string_pattern("pattern")?,
+                content: o.str("content")?.to_string(),
+            },
             "Prepend" => Normalizer::Prepend(o.str("prepend")?.to_string()),
             "NFC" => Normalizer::Nfc,
             "NFD" => Normalizer::Nfd,
             "NFKC" => Normalizer::Nfkc,
             "NFKD" => Normalizer::Nfkd,
             "Lowercase" => Normalizer::Lowercase,
-            "Strip" => Normalizer::Strip { left: o.bool("strip_left")?, right: o.bool("strip_right")? },
+            "Strip" => Normalizer::Strip {
+                left: o.bool("strip_left")?,
+                right: o.bool("strip_right")?,
+            },
             other => {
                 return Err(o.unsupported(format!(
                     "normalizer type `{other}` (implemented: Sequence, Replace, Prepend, \

@@ -31,7 +31,11 @@ impl Template {
         let o = Obj::new(v, path)?;
         match o.type_name()? {
             "TemplateProcessing" => {}
-            other => return Err(o.unsupported(format!("post-processor type `{other}` (implemented: TemplateProcessing)"))),
+            other => {
+                return Err(o.unsupported(format!(
+                    "post-processor type `{other}` (implemented: TemplateProcessing)"
+                )))
+            }
         }
         let specials = Obj::new(o.req("special_tokens")?, format!("{path}.special_tokens"))?;
         let single = parse_template(&o, &specials, "single")?;
@@ -77,12 +81,20 @@ impl Template {
             Some(TemplatePiece::Special(ids)) if ids.len() == 1 => Some(ids[0]),
             _ => None,
         };
-        let before = if a == 0 { None } else { one(self.single.get(a - 1)) };
+        let before = if a == 0 {
+            None
+        } else {
+            one(self.single.get(a - 1))
+        };
         (before, one(self.single.get(a + 1)))
     }
 }
 
-fn parse_template(o: &Obj<'_>, specials: &Obj<'_>, key: &str) -> Result<Vec<TemplatePiece>, TokenizerError> {
+fn parse_template(
+    o: &Obj<'_>,
+    specials: &Obj<'_>,
+    key: &str,
+) -> Result<Vec<TemplatePiece>, TokenizerError> {
     let items = o.array(key)?;
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -97,7 +109,11 @@ fn parse_template(o: &Obj<'_>, specials: &Obj<'_>, key: &str) -> Result<Vec<Temp
         } else if let Some(sp) = p.get("SpecialToken") {
             let s = Obj::new(sp, format!("{}.SpecialToken", p.path))?;
             let name = s.str("id")?;
-            let entry = specials.get(name).ok_or_else(|| s.invalid(format!("special token `{name}` is not listed in special_tokens")))?;
+            let entry = specials.get(name).ok_or_else(|| {
+                s.invalid(format!(
+                    "special token `{name}` is not listed in special_tokens"
+                ))
+            })?;
             let e = Obj::new(entry, format!("{}.{name}", specials.path))?;
             let ids = e
                 .array("ids")?

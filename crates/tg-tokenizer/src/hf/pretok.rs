@@ -73,7 +73,10 @@ impl PreTokenizer {
                 let items = o.array("pretokenizers")?;
                 let mut seq = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    seq.push(PreTokenizer::from_json(item, &format!("{path}.pretokenizers[{i}]"))?);
+                    seq.push(PreTokenizer::from_json(
+                        item,
+                        &format!("{path}.pretokenizers[{i}]"),
+                    )?);
                 }
                 PreTokenizer::Sequence(seq)
             }
@@ -86,7 +89,11 @@ impl PreTokenizer {
                     "Contiguous" => Behavior::Contiguous,
                     other => return Err(o.invalid(format!("unknown split behavior `{other}`"))),
                 };
-                PreTokenizer::Split { pattern: o.string_pattern("pattern")?, behavior, invert: o.bool("invert")? }
+                PreTokenizer::Split {
+                    pattern: o.string_pattern("pattern")?,
+                    behavior,
+                    invert: o.bool("invert")?,
+                }
             }
             "Metaspace" => {
                 let replacement = o.char("replacement")?;
@@ -102,10 +109,17 @@ impl PreTokenizer {
                 };
                 // Legacy field: as in `tokenizers`, `add_prefix_space: false`
                 // requires `prepend_scheme: "never"` (whose default is "always").
-                if o.opt_bool("add_prefix_space")? == Some(false) && scheme != PrependScheme::Never {
-                    return Err(o.invalid("add_prefix_space does not match declared prepend_scheme"));
+                if o.opt_bool("add_prefix_space")? == Some(false) && scheme != PrependScheme::Never
+                {
+                    return Err(
+                        o.invalid("add_prefix_space does not match declared prepend_scheme")
+                    );
                 }
-                PreTokenizer::Metaspace { replacement, prepend: scheme, split: o.opt_bool("split")?.unwrap_or(true) }
+                PreTokenizer::Metaspace {
+                    replacement,
+                    prepend: scheme,
+                    split: o.opt_bool("split")?.unwrap_or(true),
+                }
             }
             other => {
                 return Err(o.unsupported(format!(
@@ -124,14 +138,22 @@ impl PreTokenizer {
                     p.pre_tokenize(pieces);
                 }
             }
-            PreTokenizer::Split { pattern, behavior, invert } => {
+            PreTokenizer::Split {
+                pattern,
+                behavior,
+                invert,
+            } => {
                 let old = std::mem::take(pieces);
                 for piece in old {
                     let spans = split_spans(&piece.text, pattern, *behavior, *invert);
                     push_spans(pieces, &piece, &spans);
                 }
             }
-            PreTokenizer::Metaspace { replacement, prepend, split } => {
+            PreTokenizer::Metaspace {
+                replacement,
+                prepend,
+                split,
+            } => {
                 let mut rep = [0u8; 4];
                 let rep: &str = replacement.encode_utf8(&mut rep);
                 let old = std::mem::take(pieces);
@@ -160,14 +182,22 @@ impl PreTokenizer {
 
 fn push_spans(out: &mut Vec<Piece>, piece: &Piece, spans: &[(usize, usize)]) {
     for &(s, e) in spans {
-        out.push(Piece { text: piece.text[s..e].to_string(), first: piece.first && s == 0 });
+        out.push(Piece {
+            text: piece.text[s..e].to_string(),
+            first: piece.first && s == 0,
+        });
     }
 }
 
 /// The pieces of `text` (as byte ranges, empty ones omitted) after splitting
 /// on the literal `pattern` with `behavior`; with `invert`, the stretches
 /// between occurrences are the delimiters instead.
-pub(crate) fn split_spans(text: &str, pattern: &str, behavior: Behavior, invert: bool) -> Vec<(usize, usize)> {
+pub(crate) fn split_spans(
+    text: &str,
+    pattern: &str,
+    behavior: Behavior,
+    invert: bool,
+) -> Vec<(usize, usize)> {
     // (start, end, is_delimiter), covering `text`.
     let mut parts: Vec<(usize, usize, bool)> = Vec::new();
     let mut prev = 0usize;

@@ -21,22 +21,52 @@ fn split_behaviors_on_the_documented_example() {
     let t = "the-final--countdown";
     let cases: [(Behavior, &[&str]); 5] = [
         (Behavior::Removed, &["the", "final", "countdown"]),
-        (Behavior::Isolated, &["the", "-", "final", "-", "-", "countdown"]),
-        (Behavior::MergedWithPrevious, &["the-", "final-", "-", "countdown"]),
-        (Behavior::MergedWithNext, &["the", "-final", "-", "-countdown"]),
-        (Behavior::Contiguous, &["the", "-", "final", "--", "countdown"]),
+        (
+            Behavior::Isolated,
+            &["the", "-", "final", "-", "-", "countdown"],
+        ),
+        (
+            Behavior::MergedWithPrevious,
+            &["the-", "final-", "-", "countdown"],
+        ),
+        (
+            Behavior::MergedWithNext,
+            &["the", "-final", "-", "-countdown"],
+        ),
+        (
+            Behavior::Contiguous,
+            &["the", "-", "final", "--", "countdown"],
+        ),
     ];
     for (b, want) in cases {
         assert_eq!(pieces(t, &split_spans(t, "-", b, false)), want, "{b:?}");
     }
     // Delimiters at both ends and nothing but delimiters.
-    assert_eq!(pieces("-a-", &split_spans("-a-", "-", Behavior::MergedWithPrevious, false)), ["-", "a-"]);
-    assert_eq!(pieces("-a-", &split_spans("-a-", "-", Behavior::MergedWithNext, false)), ["-a", "-"]);
-    assert_eq!(pieces("---", &split_spans("---", "-", Behavior::Contiguous, false)), ["---"]);
+    assert_eq!(
+        pieces(
+            "-a-",
+            &split_spans("-a-", "-", Behavior::MergedWithPrevious, false)
+        ),
+        ["-", "a-"]
+    );
+    assert_eq!(
+        pieces(
+            "-a-",
+            &split_spans("-a-", "-", Behavior::MergedWithNext, false)
+        ),
+        ["-a", "-"]
+    );
+    assert_eq!(
+        pieces("---", &split_spans("---", "-", Behavior::Contiguous, false)),
+        ["---"]
+    );
     assert!(split_spans("---", "-", Behavior::Removed, false).is_empty());
     assert!(split_spans("", "-", Behavior::Isolated, false).is_empty());
     // Inverted: the text between dashes is the delimiter.
-    assert_eq!(pieces(t, &split_spans(t, "-", Behavior::Removed, true)), ["-", "-", "-"]);
+    assert_eq!(
+        pieces(t, &split_spans(t, "-", Behavior::Removed, true)),
+        ["-", "-", "-"]
+    );
 }
 
 /// The split pieces always tile the text (except for removed delimiters).
@@ -50,7 +80,12 @@ fn split_pieces_cover_the_text() {
         let len = rng.gen_range(0..12);
         let text: String = (0..len).map(|_| alphabet[rng.gen_range(0..4)]).collect();
         let pattern = ["-", "a", "-a", "é"][rng.gen_range(0..4)];
-        for b in [Behavior::Isolated, Behavior::MergedWithPrevious, Behavior::MergedWithNext, Behavior::Contiguous] {
+        for b in [
+            Behavior::Isolated,
+            Behavior::MergedWithPrevious,
+            Behavior::MergedWithNext,
+            Behavior::Contiguous,
+        ] {
             for invert in [false, true] {
                 let spans = split_spans(&text, pattern, b, invert);
                 let joined: String = pieces(&text, &spans).concat();
@@ -69,7 +104,10 @@ fn reference_bpe(word: &str, merges: &[(String, String)]) -> Vec<String> {
         let mut best: Option<(usize, usize)> = None; // (rank, position)
         for i in 0..syms.len().saturating_sub(1) {
             // The last occurrence of a repeated pair is its rank.
-            if let Some(r) = merges.iter().rposition(|(a, b)| *a == syms[i] && *b == syms[i + 1]) {
+            if let Some(r) = merges
+                .iter()
+                .rposition(|(a, b)| *a == syms[i] && *b == syms[i + 1])
+            {
                 if best.is_none_or(|(br, _)| r < br) {
                     best = Some((r, i));
                 }
@@ -91,7 +129,10 @@ fn bpe_matches_reference_on_random_merge_tables() {
     for table in 0..60 {
         // A random merge table over a small alphabet; every merged text is
         // added to the vocabulary (in a shuffled id order).
-        let alphabet: Vec<String> = ["a", "b", "c", "d", "é"][..rng.gen_range(2..=5)].iter().map(|s| s.to_string()).collect();
+        let alphabet: Vec<String> = ["a", "b", "c", "d", "é"][..rng.gen_range(2..=5)]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let mut tokens = alphabet.clone();
         let mut merges: Vec<(String, String)> = Vec::new();
         for _ in 0..rng.gen_range(1..40) {
@@ -115,22 +156,48 @@ fn bpe_matches_reference_on_random_merge_tables() {
             vb.push(t, order[i] as u32).unwrap();
         }
         let vocab = vb.build().unwrap();
-        let bpe = Bpe::new(vocab, merges.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect::<Vec<_>>().into_iter(), BpeOptions::default()).unwrap();
+        let bpe = Bpe::new(
+            vocab,
+            merges
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect::<Vec<_>>()
+                .into_iter(),
+            BpeOptions::default(),
+        )
+        .unwrap();
         for _ in 0..100 {
             let len = rng.gen_range(1..24);
-            let word: String = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())].as_str()).collect();
-            let want: Vec<u32> = reference_bpe(&word, &merges).iter().map(|t| order[tokens.iter().position(|x| x == t).unwrap()] as u32).collect();
+            let word: String = (0..len)
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())].as_str())
+                .collect();
+            let want: Vec<u32> = reference_bpe(&word, &merges)
+                .iter()
+                .map(|t| order[tokens.iter().position(|x| x == t).unwrap()] as u32)
+                .collect();
             // Poisoned output: ids are appended after what is already there.
             let mut got = vec![u32::MAX; 3];
             bpe.tokenize(&word, &mut got).unwrap();
             assert_eq!(&got[..3], &[u32::MAX; 3]);
-            assert_eq!(got[3..], want[..], "table {table}, word {word:?}, merges {merges:?}");
+            assert_eq!(
+                got[3..],
+                want[..],
+                "table {table}, word {word:?}, merges {merges:?}"
+            );
         }
     }
 }
 
 fn added(content: &str, special: bool) -> RawAddedToken {
-    RawAddedToken { id: 0, content: content.to_string(), single_word: false, lstrip: false, rstrip: false, normalized: false, special }
+    RawAddedToken {
+        id: 0,
+        content: content.to_string(),
+        single_word: false,
+        lstrip: false,
+        rstrip: false,
+        normalized: false,
+        special,
+    }
 }
 
 /// Reference leftmost-longest: at each position, the longest token starting
@@ -139,7 +206,11 @@ fn reference_matches(text: &str, tokens: &[&str]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < text.len() {
-        let best = tokens.iter().filter(|t| text[i..].starts_with(**t)).map(|t| t.len()).max();
+        let best = tokens
+            .iter()
+            .filter(|t| text[i..].starts_with(**t))
+            .map(|t| t.len())
+            .max();
         match best {
             Some(n) => {
                 out.push((i, i + n));
@@ -160,7 +231,12 @@ fn added_token_matching_is_leftmost_longest() {
     let mut vb = VocabBuilder::default();
     vb.push("x", 0).unwrap();
     let vocab = vb.build().unwrap();
-    let av = AddedVocab::new(tokens.iter().map(|t| added(t, false)).collect(), &vocab, None).unwrap();
+    let av = AddedVocab::new(
+        tokens.iter().map(|t| added(t, false)).collect(),
+        &vocab,
+        None,
+    )
+    .unwrap();
     let alphabet = ["<", ">", "a", "é", "\n", "b"];
     for _ in 0..3000 {
         let len = rng.gen_range(0..16);
@@ -202,7 +278,13 @@ fn added_token_ids_follow_tokenizers() {
     let vocab = vb.build().unwrap();
     // "<s>" is in the vocabulary; the others get 3, 4 in file order; a
     // repeated content keeps its first id; empty contents are ignored.
-    let raw = vec![added("<x>", true), added("<s>", true), added("", true), added("<y>", false), added("<x>", false)];
+    let raw = vec![
+        added("<x>", true),
+        added("<s>", true),
+        added("", true),
+        added("<y>", false),
+        added("<x>", false),
+    ];
     let av = AddedVocab::new(raw, &vocab, None).unwrap();
     assert_eq!(av.id("<x>"), Some(3));
     assert_eq!(av.id("<s>"), Some(2));

@@ -23,7 +23,12 @@ struct Slot {
     len: u32,
 }
 
-const EMPTY_SLOT: Slot = Slot { tag: 0, id: EMPTY, start: 0, len: 0 };
+const EMPTY_SLOT: Slot = Slot {
+    tag: 0,
+    id: EMPTY,
+    start: 0,
+    len: 0,
+};
 
 #[derive(Clone, Copy)]
 struct Entry {
@@ -45,7 +50,9 @@ impl VocabBuilder {
         let start = self.text.len();
         let end = start + text.len();
         let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
-            return Err(TokenizerError::HfInvalid("the vocabulary texts exceed 4 GiB".to_string()));
+            return Err(TokenizerError::HfInvalid(
+                "the vocabulary texts exceed 4 GiB".to_string(),
+            ));
         };
         self.text.push_str(text);
         self.entries.push(Entry { id, start, end });
@@ -61,10 +68,19 @@ impl VocabBuilder {
         let max_id = self.entries.iter().map(|e| e.id).max();
         let id_len = max_id.map_or(0, |m| m as usize + 1);
         if id_len > n.saturating_mul(4).saturating_add(MAX_ID_SLACK) {
-            return Err(TokenizerError::HfInvalid(format!("model.vocab has {n} tokens but ids up to {}; ids this sparse are not supported", id_len - 1)));
+            return Err(TokenizerError::HfInvalid(format!(
+                "model.vocab has {n} tokens but ids up to {}; ids this sparse are not supported",
+                id_len - 1
+            )));
         }
         let cap = (n.max(1) * 2).next_power_of_two();
-        let mut v = Vocab { text: self.text, slots: vec![EMPTY_SLOT; cap], mask: cap - 1, by_id: vec![(EMPTY, 0); id_len], len: n };
+        let mut v = Vocab {
+            text: self.text,
+            slots: vec![EMPTY_SLOT; cap],
+            mask: cap - 1,
+            by_id: vec![(EMPTY, 0); id_len],
+            len: n,
+        };
         for e in &self.entries {
             let s = &v.text[e.start as usize..e.end as usize];
             let h = hash(s.as_bytes());
@@ -76,15 +92,26 @@ impl VocabBuilder {
                     break;
                 }
                 if slot.tag == tag && v.slot_text(slot) == s {
-                    return Err(TokenizerError::HfInvalid(format!("model.vocab lists the token {s:?} twice (ids {} and {})", slot.id, e.id)));
+                    return Err(TokenizerError::HfInvalid(format!(
+                        "model.vocab lists the token {s:?} twice (ids {} and {})",
+                        slot.id, e.id
+                    )));
                 }
                 k = (k + 1) & v.mask;
             }
-            v.slots[k] = Slot { tag, id: e.id, start: e.start, len: e.end - e.start };
+            v.slots[k] = Slot {
+                tag,
+                id: e.id,
+                start: e.start,
+                len: e.end - e.start,
+            };
             let by_id = &mut v.by_id[e.id as usize];
             if by_id.0 != EMPTY {
                 let other = &v.text[by_id.0 as usize..(by_id.0 + by_id.1) as usize];
-                return Err(TokenizerError::HfInvalid(format!("model.vocab gives id {} to both {other:?} and {s:?}", e.id)));
+                return Err(TokenizerError::HfInvalid(format!(
+                    "model.vocab gives id {} to both {other:?} and {s:?}",
+                    e.id
+                )));
             }
             *by_id = (e.start, e.end - e.start);
         }
@@ -104,7 +131,10 @@ pub(crate) struct Vocab {
 
 impl std::fmt::Debug for Vocab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vocab").field("tokens", &self.len()).field("text_bytes", &self.text.len()).finish()
+        f.debug_struct("Vocab")
+            .field("tokens", &self.len())
+            .field("text_bytes", &self.text.len())
+            .finish()
     }
 }
 
@@ -119,7 +149,9 @@ fn hash(bytes: &[u8]) -> u64 {
 impl Vocab {
     #[inline]
     fn slot_text(&self, slot: Slot) -> &str {
-        self.text.get(slot.start as usize..(slot.start + slot.len) as usize).unwrap_or_default()
+        self.text
+            .get(slot.start as usize..(slot.start + slot.len) as usize)
+            .unwrap_or_default()
     }
 
     /// Number of tokens (the `tokenizers` crate's model vocabulary size).
@@ -175,7 +207,12 @@ impl Vocab {
             for i in 0..chunk.len() {
                 let slot = first[i];
                 if slot.id != EMPTY && slot.tag == tags[i] {
-                    acc ^= self.text.as_bytes().get(slot.start as usize).copied().unwrap_or(0);
+                    acc ^= self
+                        .text
+                        .as_bytes()
+                        .get(slot.start as usize)
+                        .copied()
+                        .unwrap_or(0);
                 }
             }
             std::hint::black_box(acc);
@@ -189,7 +226,9 @@ impl Vocab {
     #[inline]
     pub(crate) fn text(&self, id: u32) -> Option<&str> {
         match self.by_id.get(id as usize) {
-            Some(&(start, len)) if start != EMPTY => self.text.get(start as usize..(start + len) as usize),
+            Some(&(start, len)) if start != EMPTY => {
+                self.text.get(start as usize..(start + len) as usize)
+            }
             _ => None,
         }
     }

@@ -11,7 +11,9 @@ const DEFAULT_MODEL: &str = "/root/.cache/tensor-graphs/models/gemma-3-270m-q4_k
 
 /// The model path: `$TG_MODEL`, else the default download location.
 pub fn model_path() -> PathBuf {
-    std::env::var_os("TG_MODEL").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL))
+    std::env::var_os("TG_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_MODEL))
 }
 
 /// The Gemma 3 tokenizer and how long `Tokenizer::from_gguf` took, or `None`
@@ -22,7 +24,10 @@ pub fn gemma_tokenizer() -> Option<&'static (Tokenizer, Duration)> {
     let path = model_path();
     if !path.exists() {
         if std::env::var("TG_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
-            println!("SKIPPED: model file {} not found (TG_ALLOW_MISSING_MODEL=1)", path.display());
+            println!(
+                "SKIPPED: model file {} not found (TG_ALLOW_MISSING_MODEL=1)",
+                path.display()
+            );
             return None;
         }
         panic!(
@@ -32,9 +37,11 @@ pub fn gemma_tokenizer() -> Option<&'static (Tokenizer, Duration)> {
         );
     }
     Some(TOK.get_or_init(|| {
-        let f = tg_gguf::GgufFile::open(&path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+        let f = tg_gguf::GgufFile::open(&path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
         let t0 = Instant::now();
-        let tok = Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("tokenizer from {}: {e}", path.display()));
+        let tok = Tokenizer::from_gguf(&f)
+            .unwrap_or_else(|e| panic!("tokenizer from {}: {e}", path.display()));
         (tok, t0.elapsed())
     }))
 }

@@ -107,7 +107,13 @@ unsafe fn pack_legacy<O: Ops, F: Legacy>(rows: &[*const u8; W], next: *const u8,
 /// `R` activation rows against a packed 32-block panel: lane `i` of result `r` is the dot
 /// product of activation row `r` with panel row `i`.
 #[inline(always)]
-unsafe fn legacy_kernel<O: Ops, F: Legacy, const R: usize>(pn: &Panel, xq: [*const i8; R], xd: [*const f32; R], xc: [*const i32; R], nb: usize) -> [__m256; R] {
+unsafe fn legacy_kernel<O: Ops, F: Legacy, const R: usize>(
+    pn: &Panel,
+    xq: [*const i8; R],
+    xd: [*const f32; R],
+    xc: [*const i32; R],
+    nb: usize,
+) -> [__m256; R] {
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..nb {
         let mut lanes = [_mm256_setzero_si256(); R];
@@ -199,7 +205,13 @@ unsafe fn pack_k<O: Ops, F: KQuant>(rows: &[*const u8; W], next: *const u8, nb: 
 /// `R` activation rows against a packed K-quant panel. `xs[r]` points at the row's pairs of
 /// block sums: 32-element sums (Q4_K/Q5_K, prepared by the driver) or the Q8_K `bsums` (Q6_K).
 #[inline(always)]
-unsafe fn k_kernel<O: Ops, F: KQuant, const R: usize>(pn: &Panel, xq: [*const i8; R], xd: [*const f32; R], xs: [*const i16; R], nb: usize) -> [__m256; R] {
+unsafe fn k_kernel<O: Ops, F: KQuant, const R: usize>(
+    pn: &Panel,
+    xq: [*const i8; R],
+    xd: [*const f32; R],
+    xs: [*const i16; R],
+    nb: usize,
+) -> [__m256; R] {
     let sp = s_per_block(F::SUB16);
     let mut acc = [_mm256_setzero_ps(); R];
     // Q4_K/Q5_K: the mins accumulate separately and are subtracted at the end (as in ggml's
@@ -423,7 +435,11 @@ unsafe fn run_k<O: PanelRows, F: KQuant>(t: &Task<'_>) {
     let b32: Vec<i16> = if F::SUB16 { Vec::new() } else { xq.sums.chunks_exact(2).map(|p| p[0] + p[1]).collect() };
     let (aux, aux_row) = if F::SUB16 { (xq.sums.as_ptr(), nb * 16) } else { (b32.as_ptr(), nb * 8) };
     let x = XPtrs { q: &xq.qs, d: &xq.d, aux: aux.cast(), k: xq.k, nb, aux_row, aux_size: 2 };
-    let mut pn = Panel { q: vec![_mm256_setzero_si256(); nb * 8 * W], f: vec![_mm256_setzero_ps(); 2 * nb], s: vec![_mm256_setzero_si256(); nb * s_per_block(F::SUB16)] };
+    let mut pn = Panel {
+        q: vec![_mm256_setzero_si256(); nb * 8 * W],
+        f: vec![_mm256_setzero_ps(); 2 * nb],
+        s: vec![_mm256_setzero_si256(); nb * s_per_block(F::SUB16)],
+    };
     drive::<O, _>(t, &KJob::<O, F> { x, _f: std::marker::PhantomData }, &mut pn);
 }
 
