@@ -34,3 +34,25 @@ fn a_weight_is_uploaded_once_per_device_and_store() {
         assert!(dev.write(&a, 0, &[1]).is_err() || dev.kind() != tg_runtime::DeviceKind::Cpu, "{name}: the CPU writes into a weight");
     }
 }
+
+/// Events: a point recorded on a queue can be waited for, on every device present.
+#[test]
+fn events_record_and_wait() {
+    for name in ["cpu", "opencl"] {
+        let Ok(dev) = tg_devices::open(name, 1) else {
+            assert!(!std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"), "no {name} device under CI");
+            eprintln!("SKIPPED: no {name} device");
+            continue;
+        };
+        assert!(dev.queues() >= 1);
+        let b = dev.alloc(256).unwrap();
+        dev.fill(&b, 0, 256, 7).unwrap();
+        let e = dev.record(0).unwrap();
+        dev.wait(0, &e).unwrap();
+        dev.fill(&b, 128, 128, 9).unwrap();
+        dev.synchronize().unwrap();
+        let mut back = vec![0u8; 256];
+        dev.read(&b, 0, &mut back).unwrap();
+        assert!(back[..128].iter().all(|&x| x == 7) && back[128..].iter().all(|&x| x == 9), "{name}");
+    }
+}
