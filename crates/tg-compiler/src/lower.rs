@@ -59,11 +59,6 @@ pub(crate) fn bytes_of(shape: &[usize], dtype: DType) -> Option<usize> {
     }
 }
 
-/// A view of `src` broadcast to `shape` (stride 0 on broadcast dims).
-pub(crate) fn broadcast_view(src: &Layout, shape: &[usize]) -> Layout {
-    tg_runtime::broadcast_layout(src, shape)
-}
-
 /// What kernel selection knows about the operands of node `n` of `g`.
 pub(crate) fn operands<'g>(g: &'g Graph, n: &Node) -> Vec<Operand<'g>> {
     n.inputs.iter().map(|&x| Operand { shape: &g.nodes[x].shape, dtype: g.nodes[x].dtype, weight: matches!(g.nodes[x].op, Op::Weight { .. }) }).collect()
@@ -188,7 +183,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], device: usize, views
                     .iter()
                     .map(|&x| {
                         let t = l.operand(x);
-                        TensorRef { buffer: t.buffer, layout: broadcast_view(&t.layout, shape) }
+                        TensorRef { buffer: t.buffer, layout: tg_runtime::broadcast_layout(&t.layout, shape) }
                     })
                     .collect();
                 let k = match &n.op {
@@ -215,7 +210,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], device: usize, views
                         let mut s = shape[..r - 2].to_vec();
                         s.push(rows);
                         s.push(cols);
-                        TensorRef { buffer: t.buffer, layout: broadcast_view(&t.layout, &s) }
+                        TensorRef { buffer: t.buffer, layout: tg_runtime::broadcast_layout(&t.layout, &s) }
                     };
                     let (ar, ac) = (a.layout.shape[a.layout.shape.len() - 2], a.layout.shape[a.layout.shape.len() - 1]);
                     let (br, bc) = (b.layout.shape[b.layout.shape.len() - 2], b.layout.shape[b.layout.shape.len() - 1]);
@@ -301,7 +296,7 @@ fn view_of(op: &Op, src: &Layout, shape: &[usize], contiguous_src: bool) -> Opti
         Op::Permute { perm } => {
             Some(Layout { shape: perm.iter().map(|&p| src.shape[p]).collect(), strides: perm.iter().map(|&p| src.strides[p]).collect(), offset: src.offset, dtype: src.dtype })
         }
-        Op::Expand => Some(broadcast_view(src, shape)),
+        Op::Expand => Some(tg_runtime::broadcast_layout(src, shape)),
         Op::Slice { axis, start, .. } => {
             let mut v = src.clone();
             v.shape = shape.to_vec();

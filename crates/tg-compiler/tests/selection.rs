@@ -29,7 +29,8 @@ fn priced_kernel_is_the_lowered_kernel() {
         if !matches!(n.op, tg_ir::Op::MatMul { .. }) {
             continue;
         }
-        let ins: Vec<Operand> = n.inputs.iter().map(|&i| Operand { shape: &g.nodes[i].shape, dtype: g.nodes[i].dtype, weight: matches!(g.nodes[i].op, tg_ir::Op::Weight { .. }) }).collect();
+        let ins: Vec<Operand> =
+            n.inputs.iter().map(|&i| Operand { shape: &g.nodes[i].shape, dtype: g.nodes[i].dtype, weight: matches!(g.nodes[i].op, tg_ir::Op::Weight { .. }) }).collect();
         let key = key_of(&n.op, (&n.shape, n.dtype), &ins, "cpu", 1, false).expect("a kernel");
         assert_eq!(key.kernel, s.kernel, "node {}: priced {:?}, lowered {:?}", s.node, key.kernel, s.kernel);
         seen.push(s.kernel.clone());

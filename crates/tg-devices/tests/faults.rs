@@ -7,22 +7,13 @@ use tg_compiler::{compile, CompileOptions};
 use tg_ir::{DType, GraphBuilder, HostTensor, ReduceOp, UnaryOp};
 use tg_runtime::{Arg, CpuDevice, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Executable, Kernel, KernelRegistry, StateSet};
 
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
+mod common;
 
 /// A plan whose arena is larger than the device's largest allocation fails when it is bound,
 /// with an error naming the device, the arena's size and the device's limit.
 #[test]
 fn out_of_device_memory_names_the_device_the_arena_and_the_limit() {
-    let dev = match tg_devices::open("opencl", 1) {
-        Ok(d) => d,
-        Err(e) => {
-            assert!(!ci(), "no OpenCL device under CI: {e}");
-            eprintln!("SKIPPED: no OpenCL device ({e})");
-            return;
-        }
-    };
+    let Some(dev) = common::open_or_skip("opencl") else { return };
     let limit = dev.info().max_alloc_bytes.expect("OpenCL reports its largest allocation");
     // One f32 value broadcast to a tensor above the limit, then used: the arena holds it.
     let n = (limit as usize / 4) + (1 << 20);
@@ -144,4 +135,3 @@ fn a_kernel_failure_mid_run_leaves_the_kept_rows() {
     assert_eq!(retry["y"], want["y"]);
     assert_eq!(states.read("kv").unwrap(), clean.read("kv").unwrap());
 }
-

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tg_ir::WeightStore;
 
+mod common;
+
 #[test]
 fn a_weight_is_uploaded_once_per_device_and_store() {
     let mut m = HashMap::new();
@@ -12,14 +14,7 @@ fn a_weight_is_uploaded_once_per_device_and_store() {
     let store: Arc<dyn WeightStore + Send + Sync> = Arc::new(m.clone());
     let other: Arc<dyn WeightStore + Send + Sync> = Arc::new(m);
     for name in ["cpu", "opencl"] {
-        let dev = match tg_devices::open(name, 1) {
-            Ok(d) => d,
-            Err(e) => {
-                assert!(!std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"), "no {name} device under CI: {e}");
-                eprintln!("SKIPPED: no {name} device ({e})");
-                continue;
-            }
-        };
+        let Some(dev) = common::open_or_skip(name) else { continue };
         let a = dev.bind_weight(&store, "w").unwrap();
         let mut back = vec![0u8; 64];
         dev.read(&a, 0, &mut back).unwrap();
@@ -39,11 +34,7 @@ fn a_weight_is_uploaded_once_per_device_and_store() {
 #[test]
 fn events_record_and_wait() {
     for name in ["cpu", "opencl"] {
-        let Ok(dev) = tg_devices::open(name, 1) else {
-            assert!(!std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false"), "no {name} device under CI");
-            eprintln!("SKIPPED: no {name} device");
-            continue;
-        };
+        let Some(dev) = common::open_or_skip(name) else { continue };
         assert!(dev.queues() >= 1);
         let b = dev.alloc(256).unwrap();
         dev.fill(&b, 0, 256, 7).unwrap();

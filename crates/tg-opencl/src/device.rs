@@ -74,10 +74,11 @@ static DRIVER: Mutex<()> = Mutex::new(());
 /// platform).
 pub fn list() -> Result<Vec<Found>, String> {
     let _g = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
-    list_locked()
+    Ok(list_locked()?.into_iter().map(|(f, _)| f).collect())
 }
 
-fn list_locked() -> Result<Vec<Found>, String> {
+/// [`list`] with each device's id, under [`DRIVER`].
+fn list_locked() -> Result<Vec<(Found, opencl3::types::cl_device_id)>, String> {
     let platforms = opencl3::platform::get_platforms()
         .map_err(|e| format!("no OpenCL platform ({e}); looked for an OpenCL ICD loader (libOpenCL.so) and installed platforms (/etc/OpenCL/vendors)"))?;
     if platforms.is_empty() {
@@ -90,7 +91,7 @@ fn list_locked() -> Result<Vec<Found>, String> {
         for id in ids {
             let d = ClDevice::new(id);
             let index = out.len();
-            out.push(Found { index, platform: pname.clone(), info: describe(&d, index, &pname) });
+            out.push((Found { index, platform: pname.clone(), info: describe(&d, index, &pname) }, id));
         }
     }
     Ok(out)
@@ -129,23 +130,11 @@ impl OpenClDevice {
         let name = format!("opencl:{index}");
         let _g = DRIVER.lock().unwrap_or_else(|e| e.into_inner());
         let found = list_locked()?;
-        let f = found.get(index).ok_or_else(|| {
-            let present: Vec<String> = found.iter().map(|f| format!("opencl:{} ({})", f.index, f.info.description)).collect();
+        let (f, id) = found.get(index).ok_or_else(|| {
+            let present: Vec<String> = found.iter().map(|(f, _)| format!("opencl:{} ({})", f.index, f.info.description)).collect();
             format!("{name}: no such OpenCL device (present: {})", if present.is_empty() { "none".into() } else { present.join(", ") })
         })?;
-        // Find the cl_device_id again by walking the same order.
-        let mut id = None;
-        let mut n = 0;
-        for p in opencl3::platform::get_platforms().map_err(api("OpenCL platforms"))? {
-            for d in p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default() {
-                if n == index {
-                    id = Some(d);
-                }
-                n += 1;
-            }
-        }
-        let id = id.ok_or_else(|| format!("{name}: the device list changed while opening it"))?;
-        let dev = ClDevice::new(id);
+        let dev = ClDevice::new(*id);
         let context = Context::from_device(&dev).map_err(api(&format!("{name}: create context")))?;
         #[allow(deprecated)]
         let queue = CommandQueue::create_default(&context, 0).map_err(api(&format!("{name}: create queue")))?;

@@ -144,10 +144,6 @@ struct Buf {
 }
 
 impl Buf {
-    fn zeroed(len: usize) -> Option<Buf> {
-        Buf::reusing(Vec::new(), len)
-    }
-
     /// `len` bytes in `lines`, grown if needed; what `lines` held stays (not zeroed).
     fn reusing(mut lines: Vec<Line>, len: usize) -> Option<Buf> {
         let n = len.div_ceil(64);
@@ -253,7 +249,6 @@ pub fn bench(device: &dyn Device, key: &ProfileKey, opts: &BenchOptions) -> Resu
     let size = |l: &Layout| l.bytes_needed().ok_or_else(|| ProfileError::Layout { key: short.clone(), detail: format!("no valid byte size for {l:?}") });
     let in_sizes: Vec<usize> = key.inputs.iter().map(size).collect::<Result<_, _>>()?;
     let out_size = size(&key.output)?;
-    let alloc = |bytes: usize| Buf::zeroed(bytes).ok_or(ProfileError::Alloc { key: short.clone(), bytes });
 
     // One slot holds every operand (each 64-byte aligned); the arena holds `copies` slots,
     // the first filled with random values and the others copies of it.
@@ -277,7 +272,6 @@ pub fn bench(device: &dyn Device, key: &ProfileKey, opts: &BenchOptions) -> Resu
             bytes.copy_within(0..slot, c * slot);
         }
     }
-    let _ = alloc;
     let arena_buf = arena;
     // The operands live in the device's own memory, as the executor's arenas do.
     let dev_alloc = |bytes: usize| device.alloc(bytes.max(1)).map_err(|_| ProfileError::Alloc { key: short.clone(), bytes });

@@ -110,7 +110,8 @@ pub struct Executable {
     devices: Vec<Arc<dyn Device>>,
     /// One buffer per arena of the plan, on its device.
     arenas: Vec<DeviceBuffer>,
-    /// The bound weights, by buffer index.
+    /// The bound weights, by buffer index (each keeps its storage alive: the CPU's holds the
+    /// store it reads in place).
     weight_bufs: HashMap<usize, Arc<DeviceBuffer>>,
     /// Per step time (ns) of the last profiled run, when profiling is on.
     profile: Option<Vec<u64>>,
@@ -118,8 +119,6 @@ pub struct Executable {
     poison: bool,
     /// States of runs through [`Executable::run`] (not [`Executable::run_with_states`]).
     states: StateSet,
-    /// Keeps the weights' storage alive (the CPU reads them in place).
-    _weights: Arc<dyn WeightStore + Send + Sync>,
 }
 
 impl Executable {
@@ -158,7 +157,7 @@ impl Executable {
             let dev = device(a.device)?;
             arenas.push(dev.alloc(a.bytes).map_err(|e| RuntimeError::Alloc { arena: i, device: dev.name().to_string(), bytes: a.bytes, detail: e.to_string() })?);
         }
-        Ok(Executable { plan, devices, arenas, weight_bufs, profile: None, poison: false, states: StateSet::new(), _weights: weights })
+        Ok(Executable { plan, devices, arenas, weight_bufs, profile: None, poison: false, states: StateSet::new() })
     }
 
     /// The plan being executed.
