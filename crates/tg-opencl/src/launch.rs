@@ -168,6 +168,7 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
     let ol: &Layout = out.layout;
     let n_out = ol.numel();
     match kernel {
+        Kernel::Transfer { .. } => Err("a transfer is not a kernel: the executor runs it".into()),
         Kernel::Fill { bits } => {
             let v = f64::from_bits(*bits);
             let (pattern, esize) = match ol.dtype {

@@ -49,6 +49,7 @@ fn strided_rank(ins: &[Layout], out: &Layout) -> Result<(), String> {
 pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
     tg_runtime::contract::well_formed(kernel, ins, out)?;
     match kernel {
+        Kernel::Transfer { .. } => Err("a transfer is not a kernel: the executor runs it".into()),
         Kernel::Unary(_) | Kernel::Binary(_) | Kernel::Compare(_) | Kernel::Where | Kernel::Cast | Kernel::Copy => strided_rank(ins, out),
         Kernel::MatMul { .. } => {
             let r = out.shape.len();

@@ -40,6 +40,11 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
     need(out.strides.len() == out.shape.len() && ins.iter().all(|l| l.strides.len() == l.shape.len()), || "layout strides and shape differ in rank".into())?;
     let arity = |n: usize| need(ins.len() == n, || format!("expects {n} operands, got {}", ins.len()));
     match kernel {
+        Kernel::Transfer { .. } => {
+            arity(1)?;
+            same_shape(ins, out)?;
+            need(ins[0].dtype == out.dtype, || "transfer: the copy has the source's dtype".into())
+        }
         Kernel::Fill { .. } => arity(0),
         Kernel::Iota { axis } => {
             arity(0)?;

@@ -179,6 +179,18 @@ pub enum Kernel {
         /// `f64::to_bits` of epsilon.
         eps_bits: u64,
     },
+    /// A cross-device edge: copies the whole buffer of input 0, which lives on device
+    /// `from`, into the output's buffer (same size) on the step's device. Consumers on the
+    /// step's device read the copy with the layout they would have read the source with.
+    /// Not a kernel of any device's registry: the executor runs it with the two devices'
+    /// `read` and `write`, on the thread of the device that is not the CPU (see
+    /// `docs/architecture.md`, *Plans across devices*). Its source and destination buffers
+    /// own their arena bytes for the whole run (no other buffer reuses them), so a transfer
+    /// running concurrently with either device's queue never races a reuse of its memory.
+    Transfer {
+        /// Index in [`Plan::devices`] of the device holding the source.
+        from: usize,
+    },
 }
 
 impl Kernel {
@@ -211,6 +223,7 @@ impl Kernel {
             Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major".into(),
             Kernel::MatMulQuantAdd { .. } => "matmul_quant_add".into(),
+            Kernel::Transfer { .. } => "transfer".into(),
         }
     }
 }

@@ -66,6 +66,8 @@ impl Kernel {
             Kernel::Attention { .. } => "attention",
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major",
             Kernel::AddRmsNorm { .. } => "add_rms_norm",
+            // No registry implements it: the executor runs transfers itself.
+            Kernel::Transfer { .. } => "transfer",
         }
     }
 }
@@ -312,6 +314,8 @@ pub fn work(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Work {
     let mut bytes = touched_bytes(out) + ins.iter().map(touched_bytes).sum::<f64>();
     let flops = match kernel {
         Kernel::Fill { .. } | Kernel::Iota { .. } | Kernel::Copy | Kernel::Concat { .. } => 0.0,
+        // One read on the source device, one write on this one: priced by the link, not here.
+        Kernel::Transfer { .. } => 0.0,
         Kernel::StoreRows { .. } => {
             // Only the rows move, not the whole state.
             bytes = 2.0 * ins.first().map_or(0.0, touched_bytes);

@@ -209,6 +209,7 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
     let n_out = out.numel();
     let (row_len, _) = inner(out);
     match kernel {
+        Kernel::Transfer { .. } => return Err("a transfer is not a kernel: the executor runs it".into()),
         Kernel::Fill { bits } => {
             let v = f64::from_bits(*bits);
             match out.dtype {
