@@ -51,9 +51,13 @@ pub struct BenchArgs {
     /// Thread counts, comma separated.
     #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
     threads: Vec<usize>,
-    /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+    /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or several
+    /// (`cpu,opencl`: the planner places the work). `tg devices` lists them.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Pin ops to a device (`OP_PATTERN=DEVICE`, see `tg generate --help`); repeatable.
+    #[arg(long = "place")]
+    place: Vec<String>,
     /// Repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
@@ -70,11 +74,14 @@ pub struct BenchArgs {
 }
 
 /// Compiler options from `--numerics` and `--no-stage` values.
-pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String]) -> Result<tg_compiler::CompileOptions, String> {
+pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String], place: &[String]) -> Result<tg_compiler::CompileOptions, String> {
     let names: Vec<&str> = no_stage.iter().map(String::as_str).collect();
     let mut o = tg_compiler::CompileOptions::disabling(&names).map_err(|e| e.to_string())?;
     o.numerics = numerics.options().numerics;
     o.cost = crate::machine_cost();
+    for p in place {
+        o.placement.pins.push(p.parse().map_err(|e: tg_compiler::CompileError| e.to_string())?);
+    }
     Ok(o)
 }
 
@@ -187,14 +194,19 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
     let mut info = (String::new(), 0u64, 0u64);
-    let backend = match tg_devices::kind_of(&a.device) {
-        Some(tg_runtime::DeviceKind::OpenCl) => "OpenCL",
-        Some(tg_runtime::DeviceKind::Cuda) => "CUDA",
-        _ => "CPU",
-    };
+    let backend: Vec<&str> = a
+        .device
+        .split(',')
+        .map(|n| match tg_devices::kind_of(n.trim()) {
+            Some(tg_runtime::DeviceKind::OpenCl) => "OpenCL",
+            Some(tg_runtime::DeviceKind::Cuda) => "CUDA",
+            _ => "CPU",
+        })
+        .collect();
+    let backend = backend.join("+");
     for &threads in &a.threads {
-        let mut m = Gemma3::load_on(&path, crate::device(&a.device, threads)?).map_err(|e| e.to_string())?;
-        m.set_compile_options(compile_options(a.numerics, &a.no_stage)?);
+        let mut m = Gemma3::load_on_devices(&path, crate::devices_named(&a.device, threads)?).map_err(|e| e.to_string())?;
+        m.set_compile_options(compile_options(a.numerics, &a.no_stage, &a.place)?);
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
         info = (model_type(m.file()), n_params, size);

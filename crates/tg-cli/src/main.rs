@@ -61,7 +61,9 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
+        /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Print one JSON object instead of streaming text.
@@ -86,6 +88,10 @@ enum Cmd {
         /// less and recomputes more.
         #[arg(long = "cache-budget")]
         cache_budget: Option<usize>,
+        /// Pin ops to a device: `OP_PATTERN=DEVICE` (`*` is a wildcard; op names as `tg plan
+        /// --explain` prints them, e.g. `attention*=opencl`, `matmul=cpu`); repeatable.
+        #[arg(long = "place")]
+        place: Vec<String>,
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
@@ -114,7 +120,9 @@ enum Cmd {
         /// Worker threads for `--profile` (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
+        /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
         device: String,
 
@@ -123,6 +131,10 @@ enum Cmd {
         /// position the capacity allows).
         #[arg(long)]
         incremental: Option<usize>,
+        /// Pin ops to a device: `OP_PATTERN=DEVICE` (`*` is a wildcard; op names as `tg plan
+        /// --explain` prints them, e.g. `attention*=opencl`, `matmul=cpu`); repeatable.
+        #[arg(long = "place")]
+        place: Vec<String>,
     },
     /// Measure on this machine the kernels planning the model asks about (the planner then
     /// uses these times by default); resumable.
@@ -157,7 +169,9 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
+        /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
         device: String,
         /// Print one JSON object (embeddings, token counts, timings).
@@ -250,9 +264,23 @@ pub(crate) fn device(name: &str, threads: usize) -> Res<std::sync::Arc<dyn tg_ru
     tg_devices::open(name, threads).map_err(|e| e.to_string())
 }
 
+/// Opens the comma-separated devices named on the command line (`cpu,opencl`), each once.
+pub(crate) fn devices_named(names: &str, threads: usize) -> Res<Vec<std::sync::Arc<dyn tg_runtime::Device>>> {
+    let list = tg_devices::open_list(names, threads).map_err(|e| e.to_string())?;
+    if list.is_empty() {
+        return Err(format!("--device '{names}': no device named"));
+    }
+    for (i, d) in list.iter().enumerate() {
+        if list[..i].iter().any(|e| e.name() == d.name()) {
+            return Err(format!("--device '{names}' names {} twice", d.name()));
+        }
+    }
+    Ok(list)
+}
+
 fn load(model: Option<PathBuf>, threads: usize, device_name: &str) -> Res<Gemma3> {
     let path = model_path::resolve(model)?;
-    Gemma3::load_on(&path, device(device_name, threads)?).map_err(|e| e.to_string())
+    Gemma3::load_on_devices(&path, devices_named(device_name, threads)?).map_err(|e| e.to_string())
 }
 
 /// `tg devices`: every kind of this build with its devices, or why it has none.
@@ -291,9 +319,9 @@ fn devices(json: bool, kernels: bool) -> Res<()> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget, place } => {
             let t0 = std::time::Instant::now();
-            let opts = bench::compile_options(numerics, &no_stage)?;
+            let opts = bench::compile_options(numerics, &no_stage, &place)?;
             let mut m = load(model, threads, &device)?;
             m.set_compile_options(opts);
             m.set_incremental(!recompute);
@@ -354,11 +382,9 @@ fn run(cli: Cli) -> Res<()> {
         }
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental } => {
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place } => {
             let mut m = load(model, threads, &device_name)?;
-            let stages: Vec<&str> = no_stage.iter().map(|s| s.as_str()).collect();
-            let mut opts = tg_compiler::CompileOptions::disabling(&stages).map_err(|e| e.to_string())?;
-            opts.cost = machine_cost();
+            let opts = bench::compile_options(NumericsArg::Exact, &no_stage, &place)?;
             m.set_compile_options(opts.clone());
             let graph = match incremental {
                 None => m.graph(seq, Logits::Last).map_err(|e| e.to_string())?,
@@ -370,11 +396,11 @@ fn run(cli: Cli) -> Res<()> {
                     inc.graph
                 }
             };
-            let dev = m.device();
-            let c = tg_compiler::compile(&graph, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?;
+            let devs = m.devices();
+            let c = tg_compiler::compile(&graph, &devs, &opts).map_err(|e| e.to_string())?;
             if profile {
                 let at = incremental.map(|cap| cap - seq);
-                let measured_ms = profile_plan(&m, &c.plan, dev, seq, at, c.report.prediction.as_ref())?;
+                let measured_ms = profile_plan(&m, &c.plan, devs.clone(), seq, at, c.report.prediction.as_ref())?;
                 match &c.report.prediction {
                     Some(p) => println!(
                         "predicted {:.3} ms, measured {:.3} ms: predicted / measured = {:.3} ({:.1}% of the prediction from fallbacks)",
@@ -394,17 +420,7 @@ fn run(cli: Cli) -> Res<()> {
                 println!("ops:   {}", graph.op_histogram().iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(" "));
                 print!("{}", c.report);
                 if explain {
-                    let pred = c.report.prediction.as_ref();
-                    for (i, s) in c.plan.steps.iter().enumerate() {
-                        let ins: Vec<String> = s.inputs.iter().map(|t| format!("b{}{:?}", t.buffer, t.layout.shape)).collect();
-                        // Predicted time of the step: `m` measured, `f` a fallback estimate.
-                        let p = match pred.and_then(|p| p.steps.get(i)) {
-                            Some(&(ns, measured)) => format!("{:>10.1} us {}", ns / 1e3, if measured { "m" } else { "f" }),
-                            None => format!("{:>12} -", "-"),
-                        };
-                        let dev = c.plan.devices.get(s.device).map_or("?", |d| d.as_str());
-                        println!("{i:5} {p} {dev:<9} {:<20} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
-                    }
+                    explain_steps(&c);
                 }
             }
             Ok(())
@@ -532,17 +548,43 @@ fn embed(
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.
 /// Runs `plan` with per-step timing (one warm-up, 5 runs), prints time per kernel kind and
 /// returns the mean run time in ms (the sum of the step times).
+/// `tg plan --explain`: every step with its predicted time, device, simulated start (on one
+/// queue per device; transfers on their link) and operands; transfers say from where.
+fn explain_steps(c: &tg_compiler::Compiled) {
+    let pred = c.report.prediction.as_ref();
+    let timeline = c.report.timeline.as_ref();
+    println!("{:>5} {:>12}   {:>11} {:<16} {:<20} what", "step", "predicted", "start", "device", "kernel");
+    for (i, s) in c.plan.steps.iter().enumerate() {
+        let ins: Vec<String> = s.inputs.iter().map(|t| format!("b{}{:?}", t.buffer, t.layout.shape)).collect();
+        // Predicted time of the step: `m` measured, `f` a fallback estimate.
+        let p = match pred.and_then(|p| p.steps.get(i)) {
+            Some(&(ns, measured)) => format!("{:>10.1} us {}", ns / 1e3, if measured { "m" } else { "f" }),
+            None => match timeline.and_then(|t| t.steps.get(i)) {
+                Some(&(a, b)) => format!("{:>10.1} us s", (b - a) / 1e3),
+                None => format!("{:>12} -", "-"),
+            },
+        };
+        let start = timeline.and_then(|t| t.steps.get(i)).map_or("-".to_string(), |&(a, _)| format!("{:.1} us", a / 1e3));
+        let name = |d: usize| c.plan.devices.get(d).map_or("?", |d| d.as_str());
+        let dev = match s.kernel {
+            tg_runtime::Kernel::Transfer { from } => format!("{}->{}", name(from), name(s.device)),
+            _ => name(s.device).to_string(),
+        };
+        println!("{i:5} {p} {start:>11} {dev:<16} {:<20} node {:5} ({}) -> b{}{:?}", s.kernel.name(), s.node, ins.join(", "), s.output.buffer, s.output.layout.shape);
+    }
+}
+
 fn profile_plan(
     m: &Gemma3,
     plan: &tg_runtime::Plan,
-    dev: std::sync::Arc<dyn tg_runtime::Device>,
+    devs: Vec<std::sync::Arc<dyn tg_runtime::Device>>,
     seq: usize,
     pos: Option<usize>,
     pred: Option<&tg_compiler::PlanPrediction>,
 ) -> Res<f64> {
     let weights =
         std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
-    let mut exe = tg_runtime::Executable::new(plan.clone(), vec![dev], weights).map_err(|e| e.to_string())?;
+    let mut exe = tg_runtime::Executable::new(plan.clone(), devs, weights).map_err(|e| e.to_string())?;
     exe.set_profiling(true);
     let ids: Vec<i32> = (0..seq as i32).map(|i| if i == 0 { m.tokenizer.bos() as i32 } else { 1000 + i * 7 }).collect();
     let mut inputs = std::collections::HashMap::new();

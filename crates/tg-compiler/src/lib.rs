@@ -24,8 +24,10 @@ pub mod cost;
 pub mod incremental;
 mod lower;
 mod memory;
+mod place;
 mod rewrite;
 pub mod store;
+pub mod timeline;
 pub mod validate;
 
 use std::collections::BTreeSet;
@@ -84,6 +86,44 @@ pub struct CompileOptions {
     /// profile measured on this machine ([`CostSource::for_this_machine`], which the CLI and
     /// the model loaders use).
     pub cost: CostSource,
+    /// With more than one device: ops pinned to a device, and the planner's budget.
+    pub placement: PlaceOptions,
+}
+
+/// How the planner places work when a graph is compiled for more than one device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PlaceOptions {
+    /// Ops pinned to a device, in order (the first matching pin wins).
+    pub pins: Vec<PlacePin>,
+    /// Wall-clock budget of the planner's search over devices.
+    pub budget: std::time::Duration,
+}
+
+impl Default for PlaceOptions {
+    fn default() -> Self {
+        PlaceOptions { pins: Vec::new(), budget: std::time::Duration::from_millis(1000) }
+    }
+}
+
+/// `OP_PATTERN=DEVICE`: every op whose name matches the pattern (`*` matches any run of
+/// characters; names as `tg plan` prints them: `matmul`, `attention`, `rms_norm`, ...) runs on
+/// the device named (`opencl`, `opencl:0`, `cpu`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PlacePin {
+    /// Op-name pattern.
+    pub pattern: String,
+    /// Device name, or a device kind standing for the first device of that kind.
+    pub device: String,
+}
+
+impl std::str::FromStr for PlacePin {
+    type Err = CompileError;
+    fn from_str(s: &str) -> Result<PlacePin, CompileError> {
+        match s.split_once('=') {
+            Some((p, d)) if !p.trim().is_empty() && !d.trim().is_empty() => Ok(PlacePin { pattern: p.trim().to_string(), device: d.trim().to_string() }),
+            _ => Err(CompileError::Options(format!("--place '{s}': expected OP_PATTERN=DEVICE, e.g. 'attention*=opencl'"))),
+        }
+    }
 }
 
 /// How quantized matmuls treat their activations.
@@ -100,7 +140,14 @@ pub enum Numerics {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { disabled: BTreeSet::new(), alignment: 64, numerics: Numerics::Exact, rewrite: RewriteOptions::default(), cost: CostSource::Estimate }
+        CompileOptions {
+            disabled: BTreeSet::new(),
+            alignment: 64,
+            numerics: Numerics::Exact,
+            rewrite: RewriteOptions::default(),
+            cost: CostSource::Estimate,
+            placement: PlaceOptions::default(),
+        }
     }
 }
 
@@ -162,6 +209,23 @@ pub struct CompileReport {
     pub prediction: Option<PlanPrediction>,
     /// Where the plan came from or went in the plan store ([`compile_cached`]).
     pub cache: Option<String>,
+    /// With more than one device: where the planner put the work.
+    pub placement: Option<PlacementReport>,
+    /// The finished plan's simulated timeline (with a profile or more than one device).
+    pub timeline: Option<timeline::Timeline>,
+}
+
+/// What the planner decided across devices.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlacementReport {
+    /// Per device, in the plan's order: name, kernel steps, transfer steps into it.
+    pub devices: Vec<(String, usize, usize)>,
+    /// The planner's simulated makespan (ns) of the extracted graph.
+    pub makespan_ns: u64,
+    /// Its proven lower bound (ns).
+    pub lower_bound_ns: u64,
+    /// What the planner was told about each device and link (measured or not).
+    pub notes: Vec<String>,
 }
 
 /// A plan's run time as the profile predicts it.
@@ -194,6 +258,18 @@ impl std::fmt::Display for CompileReport {
         writeln!(f, "  costs: {}", self.cost_source)?;
         if let Some(c) = &self.cache {
             writeln!(f, "  plan cache: {c}")?;
+        }
+        if let Some(p) = &self.placement {
+            let per: Vec<String> = p.devices.iter().map(|(n, k, t)| format!("{n}: {k} kernels, {t} transfers in")).collect();
+            let gap = if p.lower_bound_ns > 0 { (p.makespan_ns as f64 - p.lower_bound_ns as f64) / p.lower_bound_ns as f64 * 100.0 } else { 0.0 };
+            writeln!(f, "  placement: {}; simulated makespan {:.3} ms, bound {:.3} ms, gap {gap:.1}%", per.join("; "), p.makespan_ns as f64 / 1e6, p.lower_bound_ns as f64 / 1e6)?;
+            for n in &p.notes {
+                writeln!(f, "    {n}")?;
+            }
+            if let Some(t) = &self.timeline {
+                let busy: Vec<String> = p.devices.iter().zip(&t.busy_ns).map(|((d, _, _), b)| format!("{d} busy {:.3} ms", b / 1e6)).collect();
+                writeln!(f, "  timeline: the plan's steps simulated on one queue per device: {:.3} ms ({})", t.makespan_ns / 1e6, busy.join(", "))?;
+            }
         }
         if let Some(p) = &self.prediction {
             writeln!(
@@ -248,24 +324,31 @@ pub fn dead_code_elimination(g: &Graph) -> Graph {
 
 /// The kernel keys planning `graph` asks about: every e-node the `rewrite` stage's
 /// extraction costs (every alternative, chosen or not) and every step of the finished plan
-/// (copies included), on `devices[0]`. This is what `tg profile` measures.
+/// (copies included), each on the device that would run it. This is what `tg profile`
+/// measures.
 pub fn planning_keys(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Vec<tg_profile::ProfileKey>, CompileError> {
-    let dev = devices.first().ok_or_else(|| CompileError::Options("no devices to compile for".into()))?;
+    if devices.is_empty() {
+        return Err(CompileError::Options("no devices to compile for".into()));
+    }
     let mut keys = Vec::new();
     let plan = compile_inner(graph, devices, opts, Some(&mut keys))?.plan;
-    keys.extend(tg_profile::ProfileKey::from_plan(&plan, dev.threads()));
+    for s in plan.steps.iter().filter(|s| !matches!(s.kernel, tg_runtime::Kernel::Transfer { .. })) {
+        keys.push(tg_profile::ProfileKey::from_step(&plan, s, devices.get(s.device).map_or(1, |d| d.threads())));
+    }
     let mut seen = std::collections::HashSet::new();
     keys.retain(|k| seen.insert(k.clone()));
     Ok(keys)
 }
 
-/// The device of `devices` every step of a plan runs on: the first. Placing work across
-/// several devices (transfers, concurrent queues) is the planner's next step; until then the
-/// other devices of the list are carried in the plan but given no steps.
+/// The home device: graph inputs arrive and outputs leave there, and with one device (or
+/// the `rewrite` stage off) every step runs there.
 const TARGET: usize = 0;
 
-/// Compiles `graph` for `devices`: every step on the first device (see [`TARGET`]), fused
-/// ops where its kernel registry implements them.
+/// Compiles `graph` for `devices`, fused ops where a kernel registry implements them. With
+/// one device every step runs on it; with several the planner places each op on a device
+/// (kernel times measured on each, copies priced by the measured links; see
+/// [`CompileOptions::placement`]), the plan gets a transfer step at every cross-device edge and
+/// the steps are ordered by the planner's start times.
 pub fn compile(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Result<Compiled, CompileError> {
     compile_inner(graph, devices, opts, None)
 }
@@ -294,6 +377,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     };
 
     let rewritten;
+    let mut place = None;
     let graph = if opts.on("rewrite") {
         let t = Timer::start();
         let q8 = opts.numerics == Numerics::Q8Activations;
@@ -312,17 +396,26 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
                 &measured
             }
         };
-        let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
         let mut ropts = opts.rewrite.clone();
-        ropts.targets = tg_egraph::Targets(vec![target.clone()]);
-        let (g, r) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
-        if let (Some(out), Some(rec)) = (record, recording) {
-            out.extend(rec.keys.into_inner().unwrap_or_default());
-        }
+        ropts.targets = tg_egraph::Targets(devices.to_vec());
+        let (g, r, classes, placement) = if devices.len() > 1 {
+            place::rewrite_placed(graph, devices, opts, base, &ropts, record)?
+        } else {
+            let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
+            let (g, r, classes) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
+            if let (Some(out), Some(rec)) = (record, recording) {
+                out.extend(rec.keys.into_inner().unwrap_or_default());
+            }
+            (g, r, classes, None)
+        };
         // State updates are effects seen by the next run: extraction must keep every one.
         let stores = |g: &Graph| g.nodes.iter().filter(|n| matches!(n.op, tg_ir::Op::StoreRows { .. })).count();
         if stores(&g) != stores(graph) {
             return Err(CompileError::Invalid(format!("rewriting kept {} of {} state updates", stores(&g), stores(graph))));
+        }
+        if let Some((pl, rep)) = placement {
+            place = Some(place::node_placement(&g, &classes, &pl));
+            report.placement = Some(rep);
         }
         rewritten = g;
         report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });
@@ -335,17 +428,25 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
 
     let t = Timer::start();
     let views = opts.on("views");
-    let prog = lower::lower(graph, devices, TARGET, views, opts.numerics == Numerics::Q8Activations)?;
+    let place = place.unwrap_or_else(|| lower::NodePlacement::single(graph, TARGET));
+    let prog = lower::lower(graph, devices, &place, views, opts.numerics == Numerics::Q8Activations)?;
     report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
     report.stages.push(if views {
-        StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted", prog.n_views, prog.n_copies) }
+        StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted, {} transfers between devices", prog.n_views, prog.n_copies, prog.n_transfers) }
     } else {
         skipped("views")
     });
-    report.stages.push(StageReport { name: "schedule".into(), ran: true, micros: 0, summary: format!("{} steps in topological order", prog.steps.len()) });
+    let order = if devices.len() > 1 { "in the planner's start order" } else { "in topological order" };
+    report.stages.push(StageReport { name: "schedule".into(), ran: true, micros: 0, summary: format!("{} steps {order}", prog.steps.len()) });
+    if let Some(p) = report.placement.as_mut() {
+        for (d, entry) in p.devices.iter_mut().enumerate() {
+            entry.1 = prog.steps.iter().filter(|s| s.device == d && !matches!(s.kernel, tg_runtime::Kernel::Transfer { .. })).count();
+            entry.2 = prog.steps.iter().filter(|s| s.device == d && matches!(s.kernel, tg_runtime::Kernel::Transfer { .. })).count();
+        }
+    }
 
     let t = Timer::start();
-    let (plan, pack) = memory::assign(prog, devices, TARGET, opts.alignment, opts.on("memory"));
+    let (plan, pack) = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
     let arena: usize = plan.arenas.iter().map(|a| a.bytes).sum();
     let total: usize = plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::Arena { .. })).map(|b| b.bytes).sum();
     report.stages.push(if opts.on("memory") {
@@ -373,6 +474,15 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         report.stages.push(StageReport { name: "validate".into(), ran: true, micros: t.us(), summary: "plan valid".into() });
     } else {
         report.stages.push(skipped("validate"));
+    }
+    let profile = match &opts.cost {
+        CostSource::Profile(p) => Some(&**p),
+        CostSource::Estimate => None,
+    };
+    if profile.is_some() || devices.len() > 1 {
+        let threads: Vec<usize> = devices.iter().map(|d| d.threads()).collect();
+        let t = timeline::simulate(&plan, profile, &threads);
+        report.timeline = Some(t);
     }
     if let CostSource::Profile(p) = &opts.cost {
         let e = p.estimate_plan(&plan, target.threads());

@@ -6,7 +6,7 @@
 //! buffer); then `tg_pack::minimize` (the solver behind `tg pack`) looks for a lower arena
 //! within [`PACK_TIME`], starting from that height, and its packing is kept when it is
 //! lower. The report gives the arena, the packer's proven lower bound and the first-fit
-//! height. With the stage switched off, every buffer gets its own space.
+//! height, per device (one arena each). With the stage switched off, every buffer gets its own space.
 
 use crate::lower::{Program, VKind};
 use std::sync::Arc;
@@ -26,16 +26,25 @@ pub(crate) struct PackStats {
     pub optimal: bool,
 }
 
-/// Arena offsets for the buffers of `prog`, whose steps all run on device `device`: one
-/// arena, on that device.
-pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, align: usize, reuse: bool) -> (Plan, PackStats) {
+/// Arena offsets for the buffers of `prog`: one arena per device that holds buffers, each
+/// packed over lifetimes in plan order. A buffer a transfer reads or writes owns its bytes
+/// for the whole run: the transfer runs beside both devices' queues, so no other buffer may
+/// reuse its memory (see `Kernel::Transfer`).
+pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> (Plan, PackStats) {
     let nb = prog.buffers.len();
     let mut first: Vec<Option<usize>> = vec![None; nb];
     let mut last: Vec<Option<usize>> = vec![None; nb];
+    let mut pinned = vec![false; nb];
     for (si, s) in prog.steps.iter().enumerate() {
         first[s.output.buffer].get_or_insert(si);
         for t in &s.inputs {
             last[t.buffer] = Some(si);
+        }
+        if matches!(s.kernel, tg_runtime::Kernel::Transfer { .. }) {
+            pinned[s.output.buffer] = true;
+            for t in &s.inputs {
+                pinned[t.buffer] = true;
+            }
         }
     }
     let end = prog.steps.len();
@@ -43,19 +52,74 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, 
     for (_, t) in &prog.outputs {
         persistent[t.buffer] = true;
     }
-    // Lifetime as an inclusive step interval; inputs start before step 0 (-1 => 0 with
-    // "defined before" semantics handled by using start = 0 and treating them as live).
+    // Lifetime as an inclusive step interval; inputs are live from step 0, outputs and
+    // transfer buffers to the end.
     let interval = |b: usize| -> (usize, usize) {
+        if pinned[b] {
+            return (0, end);
+        }
         let s = first[b].unwrap_or(0);
         let e = if persistent[b] { end } else { last[b].unwrap_or(s).max(s) };
         (s, e)
     };
     let align_up = |x: usize| x.div_ceil(align) * align;
     let mut offsets = vec![0usize; nb];
+    let mut arena_of_device: Vec<Option<usize>> = vec![None; devices.len()];
+    let mut arenas: Vec<ArenaDesc> = Vec::new();
+    let mut stats = PackStats::default();
+    for dev in 0..devices.len() {
+        let mine: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena && prog.buffers[b].device == dev).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let (top, st) = pack_device(&mine, &prog, &interval, &first, align, reuse, &mut offsets);
+        stats.first_fit += st.first_fit;
+        stats.lower_bound += st.lower_bound;
+        stats.optimal = if arenas.is_empty() { st.optimal } else { stats.optimal && st.optimal };
+        arena_of_device[dev] = Some(arenas.len());
+        arenas.push(ArenaDesc { device: dev, bytes: top.max(align) });
+        let _ = align_up;
+    }
+    if arenas.is_empty() {
+        arenas.push(ArenaDesc { device: 0, bytes: align });
+    }
+    let buffers = prog
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(b, v)| BufferDesc {
+            storage: match &v.kind {
+                VKind::Arena => Storage::Arena { arena: arena_of_device[v.device].unwrap_or(0), offset: offsets[b] },
+                VKind::Weight(name) => Storage::Weight { name: name.clone(), device: v.device },
+                VKind::State(name) => Storage::State { name: name.clone(), device: v.device },
+            },
+            bytes: v.bytes,
+            node: v.node,
+            first_step: first[b],
+            last_step: last[b],
+            persistent: persistent[b],
+        })
+        .collect();
+    let plan = Plan { devices: devices.iter().map(|d| d.name().to_string()).collect(), arenas, buffers, steps: prog.steps, inputs: prog.inputs, outputs: prog.outputs };
+    (plan, stats)
+}
+
+/// Packs the arena buffers `mine` of one device: greedy first-fit in order of definition,
+/// then `tg_pack::minimize` from that height. Writes `offsets`; returns the height.
+fn pack_device(
+    mine: &[usize],
+    prog: &Program,
+    interval: &dyn Fn(usize) -> (usize, usize),
+    first: &[Option<usize>],
+    align: usize,
+    reuse: bool,
+    offsets: &mut [usize],
+) -> (usize, PackStats) {
+    let align_up = |x: usize| x.div_ceil(align) * align;
     let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (offset, size, start, end)
     let mut top = 0usize;
     // Order of definition: inputs (no writer) first, then by writing step.
-    let mut order: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena).collect();
+    let mut order: Vec<usize> = mine.to_vec();
     order.sort_by_key(|&b| (first[b].map(|s| s + 1).unwrap_or(0), b));
     for b in order {
         let size = align_up(prog.buffers[b].bytes.max(1));
@@ -80,8 +144,7 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, 
     }
     let mut stats = PackStats { first_fit: top, lower_bound: 0, optimal: false };
     if reuse && top > 0 {
-        let arena: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena).collect();
-        let items: Vec<tg_pack::Buffer> = arena
+        let items: Vec<tg_pack::Buffer> = mine
             .iter()
             .map(|&b| {
                 let (s, e) = interval(b);
@@ -97,7 +160,7 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, 
                 stats.optimal = out.optimal;
                 if let tg_pack::Verdict::Feasible(sol) = &out.verdict {
                     if (sol.height as usize) < top {
-                        for (i, &b) in arena.iter().enumerate() {
+                        for (i, &b) in mine.iter().enumerate() {
                             offsets[b] = sol.offsets[i] as usize;
                         }
                         top = sol.height as usize;
@@ -107,30 +170,5 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], device: usize, 
             }
         }
     }
-    let buffers = prog
-        .buffers
-        .iter()
-        .enumerate()
-        .map(|(b, v)| BufferDesc {
-            storage: match &v.kind {
-                VKind::Arena => Storage::Arena { arena: 0, offset: offsets[b] },
-                VKind::Weight(name) => Storage::Weight { name: name.clone(), device },
-                VKind::State(name) => Storage::State { name: name.clone(), device },
-            },
-            bytes: v.bytes,
-            node: v.node,
-            first_step: first[b],
-            last_step: last[b],
-            persistent: persistent[b],
-        })
-        .collect();
-    let plan = Plan {
-        devices: devices.iter().map(|d| d.name().to_string()).collect(),
-        arenas: vec![ArenaDesc { device, bytes: top.max(align) }],
-        buffers,
-        steps: prog.steps,
-        inputs: prog.inputs,
-        outputs: prog.outputs,
-    };
-    (plan, stats)
+    (top, stats)
 }

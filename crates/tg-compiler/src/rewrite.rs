@@ -12,15 +12,21 @@ pub(crate) const PREFIX: &str = "rewrite:";
 
 /// Rewrites `graph`, extracting with the planner (its default limits) over `cost`; the
 /// result is verified.
-pub(crate) fn run(graph: &Graph, opts: &RewriteOptions, cost: &dyn CostModel) -> Result<(Graph, RewriteReport), CompileError> {
+pub(crate) fn run(graph: &Graph, opts: &RewriteOptions, cost: &dyn CostModel) -> Result<(Graph, RewriteReport, Vec<tg_egraph::Id>), CompileError> {
     let ex = PlannerExtractor { cost: Lent(cost), limits: PlannerExtractor::default().limits };
-    let out = tg_egraph::rewrite_with(graph, opts, &ex).map_err(|e| match e {
+    run_with(graph, opts, &ex)
+}
+
+/// Rewrites `graph`, extracting with `ex`; the result is verified. Also returns the e-class
+/// of every node of the result.
+pub(crate) fn run_with(graph: &Graph, opts: &RewriteOptions, ex: &dyn tg_egraph::Extractor) -> Result<(Graph, RewriteReport, Vec<tg_egraph::Id>), CompileError> {
+    let out = tg_egraph::rewrite_with(graph, opts, ex).map_err(|e| match e {
         EgraphError::Ir(e) => CompileError::Ir(e),
         EgraphError::Options(s) => CompileError::Options(s),
         e @ EgraphError::Internal(_) => CompileError::Invalid(format!("rewrite: {e}")),
     })?;
     tg_ir::verify(&out.graph)?;
-    Ok((out.graph, out.report))
+    Ok((out.graph, out.report, out.classes))
 }
 
 /// One-line summary for the stage table.

@@ -158,7 +158,8 @@ fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOption
         "numerics": match opts.numerics { Numerics::Exact => "exact", Numerics::Q8Activations => "q8" },
         "rewrite": [format!("{:?}", r.disabled), r.iter_limit.to_string(), r.node_limit.to_string(), r.time_limit.as_millis().to_string(), r.match_limit.to_string(), r.ban_length.to_string()],
         "cost": cost_key(&opts.cost),
-        "devices": devices.iter().map(|d| format!("{}/{}", d.name(), d.threads())).collect::<Vec<_>>(),
+        "devices": devices.iter().map(|d| format!("{}/{}/{}", d.name(), d.threads(), d.fingerprint())).collect::<Vec<_>>(),
+        "placement": [format!("{:?}", opts.placement.pins), opts.placement.budget.as_millis().to_string()],
     });
     let g = serde_json::to_string(graph).unwrap_or_default();
     format!("{meta}\n{g}")

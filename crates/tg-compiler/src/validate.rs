@@ -6,6 +6,13 @@
 //! an earlier step; each layout stays inside its buffer and each buffer inside its arena;
 //! no two arena buffers whose lifetimes overlap share bytes (a step's output never
 //! overlaps its inputs); every device supports every step it is given; outputs exist.
+//!
+//! Across devices: a step reads and writes only buffers on its own device, except a
+//! transfer, which reads a buffer on its source device and writes one of the same size on
+//! its own; so every cross-device edge is an explicit transfer, ordered after the step that
+//! writes its source and before every step that reads its copy. A buffer a transfer reads or
+//! writes shares its arena bytes with no other buffer (the transfer runs beside both
+//! devices' queues).
 
 use std::sync::Arc;
 use tg_runtime::{Device, Plan, Storage, TensorRef};
@@ -48,13 +55,47 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
             }
         }
     }
+    let device_of = |b: usize| -> Option<usize> {
+        match plan.buffers[b].storage {
+            Storage::Arena { arena, .. } => plan.arenas.get(arena).map(|a| a.device),
+            Storage::Weight { device, .. } | Storage::State { device, .. } => Some(device),
+        }
+    };
+    for (i, a) in plan.arenas.iter().enumerate() {
+        if a.device >= plan.devices.len() {
+            return bad(format!("arena {i} is on device {}, which the plan does not list", a.device));
+        }
+    }
+    let mut pinned = vec![false; nb];
     // Lifetimes recomputed from the steps.
     let mut writer: Vec<Option<usize>> = vec![None; nb];
     let mut last_read: Vec<Option<usize>> = vec![None; nb];
     for (si, s) in plan.steps.iter().enumerate() {
         let dev = devices.get(s.device).ok_or_else(|| PlanError(format!("step {si}: device {} missing", s.device)))?;
+        let transfer_from = match s.kernel {
+            tg_runtime::Kernel::Transfer { from } => {
+                if from == s.device || from >= plan.devices.len() {
+                    return bad(format!("step {si}: a transfer from device {from} to device {}", s.device));
+                }
+                Some(from)
+            }
+            _ => None,
+        };
         for (k, t) in s.inputs.iter().enumerate() {
             check_ref(&format!("step {si} input {k}"), t)?;
+            let want = transfer_from.unwrap_or(s.device);
+            if device_of(t.buffer) != Some(want) {
+                return bad(format!(
+                    "step {si} ({} on {}) reads buffer {} on device {:?}: a value on another device is read only through a transfer",
+                    s.kernel.name(),
+                    plan.devices[s.device],
+                    t.buffer,
+                    device_of(t.buffer).and_then(|d| plan.devices.get(d))
+                ));
+            }
+            if transfer_from.is_some() {
+                pinned[t.buffer] = true;
+            }
             let b = &plan.buffers[t.buffer];
             let ready = matches!(b.storage, Storage::Weight { .. }) || is_input[t.buffer] || writer[t.buffer].is_some_and(|w| w < si);
             if !ready {
@@ -74,8 +115,24 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
             return bad(format!("step {si} writes buffer {} which is already defined", s.output.buffer));
         }
         writer[s.output.buffer] = Some(si);
+        if device_of(s.output.buffer) != Some(s.device) {
+            return bad(format!("step {si} ({} on {}) writes buffer {} on another device", s.kernel.name(), plan.devices[s.device], s.output.buffer));
+        }
         let layouts: Vec<_> = s.inputs.iter().map(|t| t.layout.clone()).collect();
-        dev.supports(&s.kernel, &layouts, &s.output.layout).map_err(|e| PlanError(format!("step {si}: {} does not support {}: {e}", dev.name(), s.kernel.name())))?;
+        if transfer_from.is_some() {
+            // Not a kernel: the executor copies the whole buffer.
+            tg_runtime::contract::well_formed(&s.kernel, &layouts, &s.output.layout).map_err(|e| PlanError(format!("step {si}: transfer: {e}")))?;
+            let (src, dst) = (s.inputs[0].buffer, s.output.buffer);
+            if plan.buffers[src].bytes != plan.buffers[dst].bytes {
+                return bad(format!("step {si}: transfers {} bytes into a buffer of {}", plan.buffers[src].bytes, plan.buffers[dst].bytes));
+            }
+            if !matches!(plan.buffers[dst].storage, Storage::Arena { .. }) {
+                return bad(format!("step {si}: a transfer writes buffer {dst}, which is not in an arena"));
+            }
+            pinned[dst] = true;
+        } else {
+            dev.supports(&s.kernel, &layouts, &s.output.layout).map_err(|e| PlanError(format!("step {si}: {} does not support {}: {e}", dev.name(), s.kernel.name())))?;
+        }
     }
     let end = plan.steps.len();
     let mut is_output = vec![false; nb];
@@ -104,6 +161,8 @@ pub fn validate(plan: &Plan, devices: &[Arc<dyn Device>]) -> Result<(), PlanErro
                 }
             };
             let stop = if is_output[b] || plan.buffers[b].persistent { end } else { last_read[b].unwrap_or(start).max(start) };
+            // A transfer's buffers own their bytes for the whole run.
+            let (start, stop) = if pinned[b] { (0, end) } else { (start, stop) };
             live.push((arena, offset, offset + plan.buffers[b].bytes, start, stop));
             let _ = b;
         }

@@ -91,6 +91,11 @@ pub type Choice = HashMap<Id, ENode>;
 /// original node keep its place; a new class is placed just before its first user), so
 /// memory planning over the result sees the original schedule wherever nothing changed.
 pub fn build_graph(egraph: &TEGraph, outputs: &[(String, Id)], choice: &Choice, positions: &HashMap<Id, usize>) -> Result<Graph, EgraphError> {
+    build_graph_classes(egraph, outputs, choice, positions).map(|(g, _)| g)
+}
+
+/// [`build_graph`], also returning the (canonical) e-class of every node of the graph.
+pub fn build_graph_classes(egraph: &TEGraph, outputs: &[(String, Id)], choice: &Choice, positions: &HashMap<Id, usize>) -> Result<(Graph, Vec<Id>), EgraphError> {
     let chosen = |c: Id| choice.get(&egraph.find(c)).ok_or_else(|| EgraphError::Internal(format!("class {c} has no chosen node")));
     // Reachable classes (iterative DFS) and their users.
     let mut order: Vec<Id> = Vec::new();
@@ -168,6 +173,7 @@ pub fn build_graph(egraph: &TEGraph, outputs: &[(String, Id)], choice: &Choice, 
         }
     }
     let mut graph = Graph::default();
+    let mut class_of: Vec<Id> = Vec::with_capacity(n);
     let mut node_of: Vec<Option<usize>> = vec![None; n];
     while let Some(Item(_, k)) = heap.pop() {
         let c = order[k];
@@ -179,6 +185,7 @@ pub fn build_graph(egraph: &TEGraph, outputs: &[(String, Id)], choice: &Choice, 
             .collect::<Result<Vec<usize>, _>>()?;
         let data = &egraph[c].data;
         graph.nodes.push(Node { op: en.op.clone(), inputs, shape: data.shape.clone(), dtype: data.dtype });
+        class_of.push(c);
         node_of[k] = Some(graph.nodes.len() - 1);
         for &u in &users[k] {
             pending[u] -= 1;
@@ -192,7 +199,7 @@ pub fn build_graph(egraph: &TEGraph, outputs: &[(String, Id)], choice: &Choice, 
     }
     graph.outputs = outputs.iter().map(|(name, o)| (name.clone(), node_of[index[&egraph.find(*o)]].unwrap_or(usize::MAX))).collect();
     tg_ir::verify(&graph).map_err(|e| EgraphError::Internal(format!("extracted graph fails verification: {e}")))?;
-    Ok(graph)
+    Ok((graph, class_of))
 }
 
 /// Structural fingerprint of a graph's live part, up to node order and merging of

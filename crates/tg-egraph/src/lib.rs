@@ -49,11 +49,11 @@ pub use tg_runtime::Operand;
 pub(crate) fn operands<'a>(eg: &'a TEGraph, n: &ENode) -> Vec<Operand<'a>> {
     n.children.iter().map(|&ch| Operand { shape: &eg[ch].data.shape, dtype: eg[ch].data.dtype, weight: eg[ch].data.weight }).collect()
 }
-pub use convert::{build_graph, canonical_outputs, enode_of, load, Choice, Loaded};
+pub use convert::{build_graph, build_graph_classes, canonical_outputs, enode_of, load, Choice, Loaded};
 pub use egg::Id;
 pub use extract::{graph_cost, CostModel, Extraction, Extractor, GreedyDagExtractor, KernelCost, Proof};
 pub use lang::{takes_declared_type, ENode};
-pub use plan::{planning_problem, PlannerExtractor};
+pub use plan::{planning_problem, planning_problem_on, Pin, PlaceTarget, Placed, Placement, PlacingExtractor, PlannerExtractor};
 pub use rules::{catalog, kernel_accepts, RuleInfo, FAMILIES};
 pub use saturate::{rewrite, rewrite_with, saturate, RewriteOptions, RewriteReport, Rewritten, SaturationReport, StopReason};
 

@@ -1,6 +1,6 @@
 //! Bounded equality saturation and the end-to-end rewrite (load → saturate → extract).
 
-use crate::convert::{build_graph, load, Loaded};
+use crate::convert::{load, Loaded};
 use crate::extract::{graph_cost, Extractor, KernelCost};
 use crate::rules::{all_rules, family_within, FAMILIES};
 use crate::{ENode, EgraphError, TensorAnalysis};
@@ -248,6 +248,9 @@ pub struct Rewritten {
     pub graph: Graph,
     /// What happened.
     pub report: RewriteReport,
+    /// The canonical e-class of every node of `graph` (what an extractor's per-class
+    /// decisions, such as a [`crate::Placement`], refer to).
+    pub classes: Vec<egg::Id>,
 }
 
 /// Loads `graph`, saturates with the enabled rules, and extracts the cheapest graph with
@@ -258,7 +261,7 @@ pub fn rewrite_with(graph: &Graph, opts: &RewriteOptions, extractor: &dyn Extrac
     let t = Instant::now();
     let roots = loaded.roots();
     let ex = extractor.extract(&loaded.egraph, &roots)?;
-    let out = build_graph(&loaded.egraph, &loaded.outputs, &ex.choice, &loaded.positions)?;
+    let (out, classes) = crate::convert::build_graph_classes(&loaded.egraph, &loaded.outputs, &ex.choice, &loaded.positions)?;
     let extraction_millis = t.elapsed().as_secs_f64() * 1000.0;
     let model = KernelCost::default();
     let mut fused = BTreeMap::new();
@@ -279,7 +282,7 @@ pub fn rewrite_with(graph: &Graph, opts: &RewriteOptions, extractor: &dyn Extrac
         cost_out_search: ex.cost,
         fused,
     };
-    Ok(Rewritten { graph: out, report })
+    Ok(Rewritten { graph: out, report, classes })
 }
 
 /// [`rewrite_with`] the default extractor: the planner's search ([`PlannerExtractor`] over

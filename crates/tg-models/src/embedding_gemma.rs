@@ -464,6 +464,15 @@ impl EmbeddingGemma {
 
     /// [`EmbeddingGemma::load`] with plans compiled for and run on `device`.
     pub fn load_on(dir: impl AsRef<Path>, device: Arc<dyn Device>) -> Result<EmbeddingGemma, ModelError> {
+        EmbeddingGemma::load_on_devices(dir, vec![device])
+    }
+
+    /// [`EmbeddingGemma::load`] with plans compiled for `devices` together (the first is
+    /// home), the planner placing each op on one of them.
+    pub fn load_on_devices(dir: impl AsRef<Path>, devices: Vec<Arc<dyn Device>>) -> Result<EmbeddingGemma, ModelError> {
+        if devices.is_empty() {
+            return Err(ModelError::Request("no devices to run on".into()));
+        }
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
             return Err(ModelError::Request(format!("{}: not a directory (expected a sentence-transformers model folder)", dir.display())));
@@ -493,7 +502,7 @@ impl EmbeddingGemma {
                 detail: format!("tokenizer has {} tokens, the embedding table {}", tokenizer.vocab_size(), config.encoder.n_vocab),
             });
         }
-        Ok(EmbeddingGemma { config, tokenizer, names, weights, plans: PlanCache::new(device), dir })
+        Ok(EmbeddingGemma { config, tokenizer, names, weights, plans: PlanCache::new(devices), dir })
     }
 
     /// The folder the model was loaded from.

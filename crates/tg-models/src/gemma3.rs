@@ -565,6 +565,16 @@ impl Gemma3 {
     /// [`Gemma3::load`] with plans compiled for and run on `device` (its weights bound there
     /// once, its kept states living there).
     pub fn load_on(path: impl AsRef<Path>, device: Arc<dyn Device>) -> Result<Gemma3, ModelError> {
+        Gemma3::load_on_devices(path, vec![device])
+    }
+
+    /// [`Gemma3::load`] with plans compiled for `devices` together (the first is home: inputs
+    /// arrive, logits leave and kept states live there): the planner places each op on one of
+    /// them, from the kernel times measured on each (see `tg_compiler::compile`).
+    pub fn load_on_devices(path: impl AsRef<Path>, devices: Vec<Arc<dyn Device>>) -> Result<Gemma3, ModelError> {
+        if devices.is_empty() {
+            return Err(ModelError::Request("no devices to run on".into()));
+        }
         let file = Arc::new(GgufFile::open(path.as_ref())?);
         let config = Gemma3Config::from_gguf(&file)?;
         for (name, shape) in config.expected_tensors() {
@@ -587,13 +597,18 @@ impl Gemma3 {
             });
         }
         let weights = Arc::new(GgufWeights::new(file.clone()));
-        let session = crate::session::Session::new(device.clone());
-        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(device), session })
+        let session = crate::session::Session::new(devices.clone());
+        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(devices), session })
     }
 
-    /// The device the model's plans run on.
+    /// The (home) device the model's plans run on.
     pub fn device(&self) -> Arc<dyn Device> {
         self.plans.device().clone()
+    }
+
+    /// Every device the model's plans are compiled for, home first.
+    pub fn devices(&self) -> Vec<Arc<dyn Device>> {
+        self.plans.devices().to_vec()
     }
 
     /// The mapped file.

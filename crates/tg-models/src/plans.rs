@@ -13,7 +13,8 @@ use tg_runtime::{Device, Executable};
 
 /// Executables by key, compiled on first use with the current options.
 pub(crate) struct PlanCache<K> {
-    device: Arc<dyn Device>,
+    /// The devices plans are compiled for; the first is home (inputs, outputs).
+    devices: Vec<Arc<dyn Device>>,
     plans: HashMap<K, Executable>,
     options: CompileOptions,
     last_report: Option<CompileReport>,
@@ -22,13 +23,20 @@ pub(crate) struct PlanCache<K> {
 }
 
 impl<K: Hash + Eq> PlanCache<K> {
-    /// The device plans are compiled for.
+    /// The home device plans are compiled for.
     pub(crate) fn device(&self) -> &Arc<dyn Device> {
-        &self.device
+        &self.devices[0]
     }
 
-    pub(crate) fn new(device: Arc<dyn Device>) -> Self {
-        PlanCache { device, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false, store: PlanStore::default_store() }
+    /// Every device plans are compiled for, home first.
+    pub(crate) fn devices(&self) -> &[Arc<dyn Device>] {
+        &self.devices
+    }
+
+    /// A cache compiling for `devices` (at least one; the first is home).
+    pub(crate) fn new(devices: Vec<Arc<dyn Device>>) -> Self {
+        assert!(!devices.is_empty(), "a plan cache needs a device");
+        PlanCache { devices, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false, store: PlanStore::default_store() }
     }
 
     /// Where compiled plans are also kept across processes (`None`: compile every plan).
@@ -64,9 +72,9 @@ impl<K: Hash + Eq> PlanCache<K> {
         match self.plans.entry(key) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => {
-                let (compiled, _) = compile_cached(&graph()?, std::slice::from_ref(&self.device), &self.options, self.store.as_ref())?;
+                let (compiled, _) = compile_cached(&graph()?, &self.devices, &self.options, self.store.as_ref())?;
                 self.last_report = Some(compiled.report);
-                let mut exe = Executable::new(compiled.plan, vec![self.device.clone()], weights)?;
+                let mut exe = Executable::new(compiled.plan, self.devices.clone(), weights)?;
                 exe.set_profiling(self.profiling);
                 Ok(v.insert(exe))
             }

@@ -75,9 +75,9 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(device: Arc<dyn Device>) -> Session {
+    pub(crate) fn new(devices: Vec<Arc<dyn Device>>) -> Session {
         Session {
-            plans: PlanCache::new(device),
+            plans: PlanCache::new(devices),
             states: StateSet::new(),
             tokens: Vec::new(),
             capacity: 0,

@@ -37,10 +37,16 @@ impl ProfileKey {
         ProfileKey::new(step.kernel.clone(), step.inputs.iter().map(|t| t.layout.clone()).collect(), step.output.layout.clone(), device, threads)
     }
 
-    /// The distinct keys of a plan's steps, in first-use order.
+    /// The distinct keys of a plan's kernel steps, in first-use order (transfers are not
+    /// kernels: links are measured apart).
     pub fn from_plan(plan: &Plan, threads: usize) -> Vec<ProfileKey> {
         let mut seen = std::collections::HashSet::new();
-        plan.steps.iter().map(|s| ProfileKey::from_step(plan, s, threads)).filter(|k| seen.insert(k.clone())).collect()
+        plan.steps
+            .iter()
+            .filter(|s| !matches!(s.kernel, tg_runtime::Kernel::Transfer { .. }))
+            .map(|s| ProfileKey::from_step(plan, s, threads))
+            .filter(|k| seen.insert(k.clone()))
+            .collect()
     }
 
     /// This key with every layout at its smallest valid offset (0 unless a stride is

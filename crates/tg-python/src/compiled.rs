@@ -26,6 +26,15 @@ pub(crate) fn cpu_device(threads: usize) -> PyResult<Arc<dyn Device>> {
     Ok(d)
 }
 
+/// Placement options from `place` strings (`OP_PATTERN=DEVICE`).
+pub(crate) fn place_options(place: &[String]) -> PyResult<tg_compiler::PlaceOptions> {
+    let mut o = tg_compiler::PlaceOptions::default();
+    for p in place {
+        o.pins.push(p.parse().map_err(errors::compile)?);
+    }
+    Ok(o)
+}
+
 /// The devices named in `names` (`cpu`, `opencl`, `opencl:N`), each opened once per process
 /// and thread count and shared (an OpenCL device builds its kernel program when opened).
 /// An unknown or absent device is an `OptionsError` listing the devices present.
@@ -72,10 +81,12 @@ pub(crate) fn parse_numerics(s: &str) -> PyResult<Numerics> {
 /// Compiles the graph of `core` for the CPU with `threads` workers (0 = all cores),
 /// skipping the stages named in `disable`, and binds it to the graph's constants.
 #[pyfunction]
-#[pyo3(signature = (core, disable=Vec::new(), numerics="exact", alignment=64, threads=0, devices=vec!["cpu".to_string()]))]
-pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, numerics: &str, alignment: usize, threads: usize, devices: Vec<String>) -> PyResult<Compiled> {
+#[pyo3(signature = (core, disable=Vec::new(), numerics="exact", alignment=64, threads=0, devices=vec!["cpu".to_string()], place=Vec::new()))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, numerics: &str, alignment: usize, threads: usize, devices: Vec<String>, place: Vec<String>) -> PyResult<Compiled> {
     let names: Vec<&str> = disable.iter().map(String::as_str).collect();
     let mut opts = CompileOptions::disabling(&names).map_err(errors::compile)?;
+    opts.placement = place_options(&place)?;
     opts.numerics = parse_numerics(numerics)?;
     // This machine's kernel profile (`tg profile`) when there is one; kernels it did not
     // measure are estimated by its fitted fallbacks.

@@ -99,18 +99,19 @@ impl PyGemma3 {
     /// threads (0 = all cores). `numerics`: `"exact"` (f32 activations) or `"q8"`
     /// (activations rounded to 8-bit blocks, faster).
     #[new]
-    #[pyo3(signature = (path=None, threads=0, numerics="exact", devices=vec!["cpu".to_string()]))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, numerics: &str, devices: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, threads=0, numerics="exact", devices=vec!["cpu".to_string()], place=Vec::new()))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, numerics: &str, devices: Vec<String>, place: Vec<String>) -> PyResult<Self> {
         let numerics = parse_numerics(numerics)?;
-        let device = crate::compiled::devices_named(&devices, threads)?.remove(0);
+        let devs = crate::compiled::devices_named(&devices, threads)?;
+        let placement = crate::compiled::place_options(&place)?;
         let path = resolve(path, "TG_MODEL", DEFAULT_MODEL, false, "fetch_model.py")?;
         let p = path.clone();
         let m = py.detach(move || {
             guard(|| {
-                let mut m = Gemma3::load_on(&p, device).map_err(load_error)?;
+                let mut m = Gemma3::load_on_devices(&p, devs).map_err(load_error)?;
                 // The planner uses this machine's kernel profile (`tg profile`) when there is one.
                 let (cost, _) = tg_compiler::CostSource::for_this_machine();
-                m.set_compile_options(CompileOptions { numerics, cost, ..Default::default() });
+                m.set_compile_options(CompileOptions { numerics, cost, placement, ..Default::default() });
                 Ok(m)
             })
         })?;
@@ -467,13 +468,14 @@ impl PyEmbeddingGemma {
     /// default model in the cache (`~/.cache/tensor-graphs/models/embeddinggemma-300m`).
     /// `threads`: worker threads (0 = all cores).
     #[new]
-    #[pyo3(signature = (path=None, threads=0, devices=vec!["cpu".to_string()]))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, devices: Vec<String>) -> PyResult<Self> {
-        let device = crate::compiled::devices_named(&devices, threads)?.remove(0);
+    #[pyo3(signature = (path=None, threads=0, devices=vec!["cpu".to_string()], place=Vec::new()))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, threads: usize, devices: Vec<String>, place: Vec<String>) -> PyResult<Self> {
+        let devs = crate::compiled::devices_named(&devices, threads)?;
+        let placement = crate::compiled::place_options(&place)?;
         let path = resolve(path, "TG_EMBED_MODEL", DEFAULT_EMBEDDING_MODEL, true, "fetch_embedding_model.py")?;
         let p: PathBuf = path.clone();
-        let mut m = py.detach(move || guard(|| EmbeddingGemma::load_on(Path::new(&p), device).map_err(load_error)))?;
-        m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, ..Default::default() });
+        let mut m = py.detach(move || guard(|| EmbeddingGemma::load_on_devices(Path::new(&p), devs).map_err(load_error)))?;
+        m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, placement, ..Default::default() });
         let config = json_value(&m.config)?;
         Ok(PyEmbeddingGemma {
             output_dim: m.config.output_dim(),

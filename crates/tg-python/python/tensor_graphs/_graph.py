@@ -470,7 +470,12 @@ class CompileOptions:
     - ``alignment``: byte alignment of arena buffers (a power of two).
     - ``threads``: CPU worker threads (0 = all cores).
     - ``devices``: the devices to compile for, by name (``"cpu"``, ``"opencl"``,
-      ``"opencl:N"``; ``tg devices`` lists them). Every step runs on the first.
+      ``"opencl:N"``; ``tg devices`` lists them). With one, every step runs on it; with
+      several, the planner places each op on one of them from the kernel times measured on
+      each (``tg profile --device NAME``), inserting a transfer at every cross-device edge.
+      The first is home: inputs arrive and outputs leave there.
+    - ``place``: ops pinned to a device, ``"OP_PATTERN=DEVICE"`` (``*`` is a wildcard, e.g.
+      ``"attention*=opencl"``).
     """
 
     disable: Sequence[str] = field(default_factory=tuple)
@@ -478,6 +483,7 @@ class CompileOptions:
     alignment: int = 64
     threads: int = 0
     devices: Sequence[str] = ("cpu",)
+    place: Sequence[str] = field(default_factory=tuple)
 
 
 def compile(graph: Graph, options: Optional[CompileOptions] = None, **overrides: Any) -> "_native.Compiled":
@@ -493,13 +499,14 @@ def compile(graph: Graph, options: Optional[CompileOptions] = None, **overrides:
         raise TypeError(f"compile() expects a tensor_graphs.Graph, got {type(graph).__name__}")
     opts = options if options is not None else CompileOptions()
     if overrides:
-        unknown = set(overrides) - {"disable", "numerics", "alignment", "threads", "devices"}
+        unknown = set(overrides) - {"disable", "numerics", "alignment", "threads", "devices", "place"}
         if unknown:
             raise TypeError(f"compile() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         opts = CompileOptions(**{**opts.__dict__, **overrides})
     disable = [opts.disable] if isinstance(opts.disable, str) else list(opts.disable)
     devices = [opts.devices] if isinstance(opts.devices, str) else list(opts.devices)
-    return _native.compile(graph._core, disable, opts.numerics, opts.alignment, opts.threads, devices)
+    place = [opts.place] if isinstance(opts.place, str) else list(opts.place)
+    return _native.compile(graph._core, disable, opts.numerics, opts.alignment, opts.threads, devices, place)
 
 
 def reference_eval(graph: Graph, inputs: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> Dict[str, np.ndarray]:

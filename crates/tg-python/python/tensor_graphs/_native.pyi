@@ -60,7 +60,7 @@ class GraphCore:
     def to_json(self) -> str: ...
     def verify(self) -> None: ...
 
-def compile(core: GraphCore, disable: Sequence[str] = ..., numerics: str = "exact", alignment: int = 64, threads: int = 0, devices: Sequence[str] = ...) -> Compiled:
+def compile(core: GraphCore, disable: Sequence[str] = ..., numerics: str = "exact", alignment: int = 64, threads: int = 0, devices: Sequence[str] = ..., place: Sequence[str] = ...) -> Compiled:
     """Compiles the graph of ``core`` for the CPU (see ``tensor_graphs.compile``)."""
 
 def reference_eval(core: GraphCore, inputs: Optional[Dict[str, Any]] = None, /, **kwargs: Any) -> Dict[str, np.ndarray]:
@@ -140,7 +140,7 @@ _Prompt = Union[str, Sequence[int]]
 class Gemma3:
     """Gemma 3 from a GGUF file: tokenizer, logits and generation on the CPU."""
 
-    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, numerics: Literal["exact", "q8"] = "exact", devices: Sequence[str] = ...) -> Gemma3:
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, numerics: Literal["exact", "q8"] = "exact", devices: Sequence[str] = ..., place: Sequence[str] = ...) -> Gemma3:
         """Loads ``path``, else ``$TG_MODEL``, else the default model in the cache
         (``ModelNotFoundError`` if absent; ``ModelError`` if unusable)."""
     @property
@@ -181,7 +181,7 @@ class Gemma3:
 class EmbeddingGemma:
     """EmbeddingGemma (sentence-transformers folder): text embeddings on the CPU."""
 
-    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, devices: Sequence[str] = ...) -> EmbeddingGemma:
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, devices: Sequence[str] = ..., place: Sequence[str] = ...) -> EmbeddingGemma:
         """Loads ``path``, else ``$TG_EMBED_MODEL``, else the default model in the cache."""
     @overload
     def embed(self, texts: str, prompt_name: Optional[str] = None, dim: Optional[int] = None) -> npt.NDArray[np.float32]: ...
