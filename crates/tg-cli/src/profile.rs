@@ -48,6 +48,13 @@ pub(crate) struct ProfileArgs {
     /// than the CPU also gets its host↔device links measured (latency and bandwidth).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Measure nothing: write to `--out` a what-if copy of this machine's profile in which
+    /// `--device` (not the CPU) runs every kernel FACTOR times faster than the CPU measured
+    /// (at the first `--threads` count), behind the links measured for it (else 5 µs and
+    /// 16 GB/s each way). For planning experiments: `tg plan --device cpu,opencl` with
+    /// `TG_PROFILE=FILE` then plans as if that device existed.
+    #[arg(long = "what-if", value_name = "FACTOR")]
+    what_if: Option<f64>,
 }
 
 /// Devices by (name, threads), opened once.
@@ -91,7 +98,50 @@ fn measure_links(profile: &mut Profile, dev: &Arc<dyn tg_runtime::Device>, quick
     Ok(())
 }
 
+/// `tg profile --what-if FACTOR --device D --out FILE`.
+fn what_if(a: &ProfileArgs, factor: f64) -> Result<(), String> {
+    let out = a.out.as_ref().ok_or("--what-if writes a separate profile: give --out FILE")?;
+    if !(factor.is_finite() && factor > 0.0) {
+        return Err(format!("--what-if: expected a positive factor, got {factor}"));
+    }
+    let fp = Fingerprint::current();
+    let mine = tg_profile::default_path(&fp);
+    if out == &mine {
+        return Err(format!("--out {} is this machine's measured profile: write the what-if profile elsewhere", mine.display()));
+    }
+    let base = Profile::load(&mine, &fp).map_err(|e| format!("{e} (run `tg profile` first: the what-if profile scales its CPU measurements)"))?;
+    let threads = match a.threads.first() {
+        Some(0) | None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        Some(&t) => t,
+    };
+    let dev = crate::device(&a.device, 1)?;
+    if dev.kind() == tg_runtime::DeviceKind::Cpu {
+        return Err("--what-if needs --device naming a device other than the CPU".into());
+    }
+    let name = dev.name().to_string();
+    let assumed = |src: &str, dst: &str| (src.to_string(), dst.to_string(), tg_profile::Link { latency_ns: 5000.0, bytes_per_ns: 16.0, points: Vec::new() });
+    let mut links = Vec::new();
+    for (src, dst) in [("cpu", name.as_str()), (name.as_str(), "cpu")] {
+        match base.links().iter().find(|(k, _)| k.src == src && k.dst == dst) {
+            Some((_, l)) => links.push((src.to_string(), dst.to_string(), l.clone())),
+            None => links.push(assumed(src, dst)),
+        }
+    }
+    let p = base.what_if("cpu", threads, &name, dev.threads(), &dev.fingerprint(), factor, &links);
+    p.save(out).map_err(|e| e.to_string())?;
+    eprintln!(
+        "wrote {}: {name} runs the CPU's {} measured kernels (x{threads} threads) {factor}x faster; links {}",
+        out.display(),
+        p.entries().iter().filter(|(k, _)| k.device == name).count(),
+        links.iter().map(|(s, d, l)| format!("{s} -> {d} {:.1} us + {:.2} GB/s", l.latency_ns / 1e3, l.bytes_per_ns)).collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
+
 pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
+    if let Some(f) = a.what_if {
+        return what_if(&a, f);
+    }
     let t0 = Instant::now();
     let fp = Fingerprint::current();
     let path = a.out.clone().unwrap_or_else(|| tg_profile::default_path(&fp));

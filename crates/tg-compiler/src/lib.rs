@@ -359,6 +359,9 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     let mut report = CompileReport { cost_source: opts.cost.describe(), ..Default::default() };
     let skipped = |name: &str| StageReport { name: name.into(), ran: false, micros: 0, summary: String::new() };
     let target = devices.get(TARGET).ok_or_else(|| CompileError::Options("no devices to compile for".into()))?;
+    for p in &opts.placement.pins {
+        place::resolve_device(devices, &p.device)?;
+    }
 
     let t = Timer::start();
     tg_ir::verify(graph)?;
