@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{ClassKind, Config, ConfigError, StepDef, Timed};
 use crate::memory::{self, Item, Packing};
-use crate::problem::Problem;
+use crate::problem::{Problem, Source};
 
 /// Budgets of a search.
 #[derive(Clone, Debug)]
@@ -328,6 +328,11 @@ impl Search<'_> {
         }
     }
 
+    /// Whether `c` is decided as a weight source.
+    fn is_weight(&self, c: usize) -> bool {
+        matches!(self.dec[c], Some(Dec::Node(n, _)) if self.p.nodes[n].source == Some(Source::Weight))
+    }
+
     fn best_key(&self) -> (u64, u64) {
         self.best.as_ref().map_or((INF, INF), |b| (b.makespan(), b.peak()))
     }
@@ -360,44 +365,59 @@ impl Search<'_> {
             }
             lb = lb.max(v);
         }
-        // Memory: every decided kernel needs its output and its arena-resident operands at once.
+        // Memory: every decided kernel needs its output and its arena-resident operands at
+        // once, next to the persistent buffers (kept values, and the weights uploaded to a
+        // device other than home because a decided node there reads them).
         let mut peak_lb = 0u64;
         for d in 0..nd {
             let mut foot = 0u64;
+            let mut uploads: Vec<usize> = Vec::new();
             for c in 0..nc {
                 let Some(Dec::Node(n, k)) = self.dec[c] else {
                     continue;
                 };
                 let node = &p.nodes[n];
-                if node.source.is_some() || node.options[k].alias || node.options[k].device != d {
+                if node.source.is_some() || node.options[k].device != d {
                     continue;
                 }
-                let mut f = p.classes[c].bytes;
+                let alias = node.options[k].alias;
+                let mut f = if alias { 0 } else { p.classes[c].bytes };
                 let mut counted: Vec<usize> = Vec::new();
                 for &ch in &node.children {
                     if counted.contains(&ch) {
                         continue;
                     }
                     counted.push(ch);
+                    if self.is_weight(ch) {
+                        if d != p.home {
+                            uploads.push(ch);
+                        }
+                        continue;
+                    }
                     match self.dec[ch] {
                         Some(Dec::Keep(kd)) if kd == d => {}
                         Some(Dec::Node(cn, ck)) => {
                             let cnode = &p.nodes[cn];
                             let on_home_source = cnode.source.is_some() && d == p.home;
-                            let alias = cnode.source.is_none() && cnode.options[ck].alias;
-                            if !on_home_source && !alias {
+                            let child_alias = cnode.source.is_none() && cnode.options[ck].alias;
+                            if !on_home_source && !child_alias {
                                 f += p.classes[ch].bytes;
                             }
                         }
                         _ => {}
                     }
                 }
-                foot = foot.max(f);
+                if !alias {
+                    foot = foot.max(f);
+                }
             }
-            if self.kept_bytes[d] + foot > p.devices[d].capacity {
+            uploads.sort_unstable();
+            uploads.dedup();
+            let persistent = self.kept_bytes[d] + uploads.iter().map(|&c| p.classes[c].bytes).sum::<u64>();
+            if persistent + foot > p.devices[d].capacity {
                 return (INF, INF);
             }
-            peak_lb += self.kept_bytes[d] + foot;
+            peak_lb += persistent + foot;
         }
         (lb, peak_lb)
     }
@@ -420,7 +440,8 @@ impl Search<'_> {
                     for &ch in &node.children {
                         let mut a = self.avail_lb(ch, memo);
                         if let Some(l) = self.loc(ch) {
-                            if l != o.device {
+                            // A weight is uploaded at load time: no copy.
+                            if l != o.device && !self.is_weight(ch) {
                                 a += self.p.copy_time(ch, l, o.device).unwrap_or(INF);
                             }
                         }

@@ -114,6 +114,38 @@ fn kept_values_cost_memory_not_time() {
     assert_eq!((b.makespan(), b.peak()), (53, 20));
 }
 
+#[test]
+fn weights_are_uploaded_once_not_copied() {
+    // c1 = k(weight c0) on the cpu (20) or the gpu (4); links 1 byte/ns, no latency.
+    let base = serde_json::json!({
+        "devices": [{"name": "cpu", "capacity": 100}, {"name": "gpu", "capacity": 100}],
+        "links": [{"from": 0, "to": 1, "latency": 0, "bytes_per_us": 1000}, {"from": 1, "to": 0, "latency": 0, "bytes_per_us": 1000}],
+        "classes": [{"bytes": 8}, {"bytes": 2}],
+        "nodes": [
+            {"class": 0, "source": "weight"},
+            {"class": 1, "children": [0], "options": [{"device": 0, "time": 20}, {"device": 1, "time": 4}]}
+        ],
+        "roots": [1]
+    });
+    // On the gpu the weight is there at 0 (no 8 ns copy): kernel [0,4), copy back [4,6).
+    // Peak: gpu upload 8 (persistent) + output 2; home: the copy 2.
+    let out = exact(&problem(base.clone()));
+    assert_eq!(out.status, Status::Optimal);
+    let b = out.best.unwrap();
+    assert_eq!((b.makespan(), b.peak()), (6, 12));
+    let plan = b.to_plan();
+    assert!(plan.steps.iter().all(|s| !matches!(s, tg_planner::result::PlanStep::Copy { class: 0, .. })), "no copy of the weight: {plan:?}");
+    let up: Vec<_> = plan.buffers.iter().filter(|x| x.kind == tg_planner::result::BufferKind::Weight).collect();
+    assert_eq!(up.len(), 1);
+    assert_eq!((up[0].class, up[0].device, up[0].bytes, up[0].start, up[0].end), (0, 1, 8, 0, None));
+    // The upload counts against the capacity: with 9 bytes on the gpu (8 + 2 > 9) the cpu runs it.
+    let mut tight = base;
+    tight["devices"][1]["capacity"] = serde_json::json!(9);
+    let b = exact(&problem(tight)).best.unwrap();
+    assert_eq!((b.makespan(), b.peak()), (20, 2));
+    assert!(b.to_plan().buffers.iter().all(|x| x.kind != tg_planner::result::BufferKind::Weight));
+}
+
 /// Random small problems: every plan passes the validator; small ones finish.
 #[test]
 fn random_problems_give_valid_plans() {
