@@ -285,7 +285,7 @@ fn solve_here(p: &Problem, limits: &Limits) -> Outcome {
     if root_lb < INF {
         // Seeds: the one-device plans and copy-aware list schedules, the best one packed
         // as the first incumbent and followed first by the outer search.
-        s.seed(limits.time.mul_f64(0.01).min(Duration::from_millis(30)));
+        s.seed(limits.time.mul_f64(0.01).min(Duration::from_millis(20)));
         let bound_time = limits.time.mul_f64(0.05).min(Duration::from_secs(1));
         root_lb = root_lb.max(work_bound(p, bound_time));
         if nd == 2 {
