@@ -50,9 +50,12 @@ fn extract_with(p: &Problem, time: Duration, allowed: impl Fn(usize) -> bool) ->
 /// The one-device extraction for each device (`None` where some needed class has no
 /// option on it).
 pub(crate) fn one_device(p: &Problem, time: Duration) -> Vec<Option<Decisions>> {
-    // One extraction per device, side by side (each is a few milliseconds on a model).
+    // One extraction per device, side by side (each is a few milliseconds on a model), on
+    // threads with the stack the search itself gets (`search::solve`).
+    let stack = ((p.classes.len() + p.nodes.len()) * 4 + 1024).saturating_mul(2048).clamp(8 << 20, 1 << 30);
     std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..p.devices.len()).map(|d| (d, std::thread::Builder::new().spawn_scoped(scope, move || extract_with(p, time, |x| x == d)))).collect();
+        let handles: Vec<_> =
+            (0..p.devices.len()).map(|d| (d, std::thread::Builder::new().stack_size(stack).spawn_scoped(scope, move || extract_with(p, time, |x| x == d)))).collect();
         handles
             .into_iter()
             .map(|(d, h)| match h {
