@@ -245,33 +245,65 @@ fn planner_on_the_gemma_egraph() {
     eprintln!("greedy DAG extractor under the same times: {greedy_cost} ns");
     assert!(planner.cost as u64 <= greedy_cost, "planner {} > greedy {greedy_cost}", planner.cost);
 
-    // Two devices.
-    let mut two = problem.clone();
-    two.devices.push(tg_planner::Device { name: "accel".into(), capacity: 1 << 40, cache_budget: 0 });
-    for n in two.nodes.iter_mut() {
-        if let Some(o) = n.options.first().cloned() {
-            n.options.push(tg_planner::ImplOption { kernel: o.kernel, device: 1, time: o.time.div_ceil(4).max(1), alias: false });
+    // Two devices: a hypothetical accelerator 4x faster per kernel (a view stays a view)
+    // behind a 16 GB/s, 5 us link each way.
+    fn two_devices(one: &tg_planner::Problem) -> tg_planner::Problem {
+        let mut two = one.clone();
+        two.devices.push(tg_planner::Device { name: "accel".into(), capacity: 1 << 40, cache_budget: 0 });
+        for n in two.nodes.iter_mut() {
+            if let Some(o) = n.options.first().cloned() {
+                let time = if o.alias { 0 } else { o.time.div_ceil(4).max(1) };
+                n.options.push(tg_planner::ImplOption { kernel: o.kernel, device: 1, time, alias: o.alias });
+            }
+        }
+        two.links = vec![tg_planner::Link { from: 0, to: 1, latency: 5000, bytes_per_us: 16_000 }, tg_planner::Link { from: 1, to: 0, latency: 5000, bytes_per_us: 16_000 }];
+        two
+    }
+    let two = two_devices(&problem);
+    // TG_WRITE_PLANNING_FIXTURES=DIR writes this problem and the seq-6 one there
+    // (tests/fixtures/planning/gemma-{128,6}-2dev.json, see its README).
+    if let Ok(dir) = std::env::var("TG_WRITE_PLANNING_FIXTURES") {
+        let g6 = build_graph(&cfg, &shapes, 6, Logits::Last).unwrap();
+        let mut l6 = tg_egraph::load(&g6).unwrap();
+        tg_egraph::saturate(&mut l6, &RewriteOptions::default()).unwrap();
+        let (p6, _) = planning_problem(&l6.egraph, &l6.roots(), &KernelCost::default());
+        for (name, p) in [("gemma-128-2dev.json", &two), ("gemma-6-2dev.json", &two_devices(&p6))] {
+            let path = Path::new(&dir).join(name);
+            std::fs::write(&path, serde_json::to_string(p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            eprintln!("wrote {}", path.display());
         }
     }
-    two.links = vec![tg_planner::Link { from: 0, to: 1, latency: 5000, bytes_per_us: 16_000 }, tg_planner::Link { from: 1, to: 0, latency: 5000, bytes_per_us: 16_000 }];
     let limits = tg_planner::Limits { time: std::time::Duration::from_secs(3), ..Default::default() };
     let out = tg_planner::solve(&two, &limits);
     let best = out.best.as_ref().expect("a plan for two devices");
-    let checked = tg_planner::validate(&two, &best.to_plan()).unwrap();
+    let plan = best.to_plan();
+    let checked = tg_planner::validate(&two, &plan).unwrap();
     assert_eq!(checked.makespan, best.makespan());
-    let on_accel = best.to_plan().steps.iter().filter(|s| matches!(s, tg_planner::result::PlanStep::Kernel { device: 1, .. })).count();
+    let on_accel = plan.steps.iter().filter(|s| matches!(s, tg_planner::result::PlanStep::Kernel { device: 1, .. })).count();
+    let copies = plan.steps.iter().filter(|s| matches!(s, tg_planner::result::PlanStep::Copy { .. })).count();
+    let uploads = plan.buffers.iter().filter(|b| b.kind == tg_planner::result::BufferKind::Weight).count();
+    let first_ms = out.first_plan.unwrap().as_secs_f64() * 1e3;
     eprintln!(
-        "two devices: {:?}, makespan {} ns (one device {:.0}), bound {}, gap {:.1}%, {} nodes, first plan {:.1} ms, total {:.1} ms, {} kernels on the accelerator",
+        "two devices: {:?}, makespan {} ns (one device {:.0}), bound {}, gap {:.1}%, {} nodes, first plan {:.1} ms, total {:.1} ms, {} kernels on the accelerator, {} copies, {} weights uploaded",
         out.status,
         best.makespan(),
         planner.cost,
         out.lower_bound,
         (best.makespan() - out.lower_bound) as f64 / out.lower_bound.max(1) as f64 * 100.0,
         out.nodes,
-        out.first_plan.unwrap().as_secs_f64() * 1e3,
+        first_ms,
         out.elapsed.as_secs_f64() * 1e3,
-        on_accel
+        on_accel,
+        copies,
+        uploads
     );
-    assert!(out.first_plan.unwrap() < std::time::Duration::from_secs(1), "a first plan within a second");
+    // The first plan is seeded with the one-device plans, so two devices never lose.
+    assert!(best.makespan() as f64 <= planner.cost, "two devices {} > one device {}", best.makespan(), planner.cost);
+    if cfg!(debug_assertions) {
+        eprintln!("debug build: first plan in {first_ms:.1} ms, the 100 ms limit is checked in release builds only (scripts/test.sh)");
+        assert!(first_ms < 5000.0, "a first plan within 5 s even unoptimised, got {first_ms:.1} ms");
+    } else {
+        assert!(first_ms < 100.0, "a first plan within 100 ms, got {first_ms:.1} ms");
+    }
     assert!(out.lower_bound <= best.makespan());
 }

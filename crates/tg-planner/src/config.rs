@@ -4,15 +4,18 @@
 
 use std::collections::BTreeMap;
 
-use crate::problem::Problem;
+use crate::problem::{Problem, Source};
 
 /// What a class is in a complete decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ClassKind {
     /// Not needed.
     Unused,
-    /// A source on the home device.
+    /// An input on the home device (copied when read elsewhere).
     Source,
+    /// A weight: on the home device, and uploaded once (a persistent buffer, no copy step)
+    /// to every other device that reads it.
+    Weight,
     /// Kept in a persistent buffer on this device.
     Kept(usize),
     /// Computed by this kernel step.
@@ -36,8 +39,10 @@ pub(crate) struct BufDef {
     pub class: usize,
     pub device: usize,
     pub bytes: u64,
-    /// The step writing it; `None` for a kept buffer.
+    /// The step writing it; `None` for a persistent buffer (kept, or a weight upload).
     pub writer: Option<usize>,
+    /// A weight's upload to a device other than home (persistent, written at load time).
+    pub upload: bool,
     /// Steps reading it (deduplicated).
     pub readers: Vec<usize>,
     /// It holds a root on the home device, so it lives until the makespan.
@@ -73,7 +78,7 @@ pub(crate) enum ConfigError {
 /// Where a class lives.
 fn location(p: &Problem, kind: &[ClassKind], steps: &[StepDef], c: usize) -> usize {
     match kind[c] {
-        ClassKind::Unused | ClassKind::Source => p.home,
+        ClassKind::Unused | ClassKind::Source | ClassKind::Weight => p.home,
         ClassKind::Kept(d) => d,
         ClassKind::Kernel(s) => match steps[s] {
             StepDef::Kernel { device, .. } => device,
@@ -91,6 +96,8 @@ struct Builder<'a> {
     /// Buffer written by each step.
     step_buf: Vec<Option<usize>>,
     kept_buf: BTreeMap<usize, usize>,
+    /// Weight uploads: (class, device) → buffer.
+    uploads: BTreeMap<(usize, usize), usize>,
     buffers: Vec<BufDef>,
 }
 
@@ -103,7 +110,7 @@ impl Builder<'_> {
         let id = self.steps.len();
         self.steps.push(s);
         let b = self.buffers.len();
-        self.buffers.push(BufDef { class: c, device, bytes: self.p.classes[c].bytes, writer: Some(id), readers: Vec::new(), holds_root: false });
+        self.buffers.push(BufDef { class: c, device, bytes: self.p.classes[c].bytes, writer: Some(id), readers: Vec::new(), holds_root: false, upload: false });
         self.step_buf.push(Some(b));
         id
     }
@@ -112,6 +119,15 @@ impl Builder<'_> {
     /// holds it there (`None` = no arena buffer); adds the copy if one is needed.
     fn avail(&mut self, c: usize, d: usize) -> Result<(Option<usize>, Option<usize>), ConfigError> {
         let l = self.loc(c);
+        if l != d && self.kind[c] == ClassKind::Weight {
+            // Uploaded once, available at 0: a persistent buffer, no step.
+            let next = self.buffers.len();
+            let b = *self.uploads.entry((c, d)).or_insert(next);
+            if b == next {
+                self.buffers.push(BufDef { class: c, device: d, bytes: self.p.classes[c].bytes, writer: None, readers: Vec::new(), holds_root: false, upload: true });
+            }
+            return Ok((None, Some(b)));
+        }
         if l != d {
             if let Some(&s) = self.copies.get(&(c, d)) {
                 return Ok((Some(s), self.step_buf[s]));
@@ -128,7 +144,7 @@ impl Builder<'_> {
             return Ok((Some(s), self.step_buf[s]));
         }
         match self.kind[c] {
-            ClassKind::Unused | ClassKind::Source => Ok((None, None)),
+            ClassKind::Unused | ClassKind::Source | ClassKind::Weight => Ok((None, None)),
             ClassKind::Kept(_) => Ok((None, self.kept_buf.get(&c).copied())),
             ClassKind::Kernel(s) => Ok((Some(s), self.step_buf[s])),
             ClassKind::Alias { child, device } => self.avail(child, device),
@@ -143,8 +159,16 @@ impl Config {
     /// not required).
     pub(crate) fn build(p: &Problem, needed: &[bool], keep: &[Option<usize>], choice: &[Option<usize>], option: &[Option<usize>]) -> Result<Config, ConfigError> {
         let nc = p.classes.len();
-        let mut b =
-            Builder { p, kind: vec![ClassKind::Unused; nc], steps: Vec::new(), copies: BTreeMap::new(), step_buf: Vec::new(), kept_buf: BTreeMap::new(), buffers: Vec::new() };
+        let mut b = Builder {
+            p,
+            kind: vec![ClassKind::Unused; nc],
+            steps: Vec::new(),
+            copies: BTreeMap::new(),
+            step_buf: Vec::new(),
+            kept_buf: BTreeMap::new(),
+            uploads: BTreeMap::new(),
+            buffers: Vec::new(),
+        };
         // Kinds and kernel steps first (so every location is known), then operands.
         let mut kernels = Vec::new();
         for c in 0..nc {
@@ -154,15 +178,22 @@ impl Config {
             if let Some(d) = keep[c] {
                 b.kind[c] = ClassKind::Kept(d);
                 let id = b.buffers.len();
-                b.buffers.push(BufDef { class: c, device: d, bytes: p.classes[c].bytes, writer: None, readers: Vec::new(), holds_root: false });
+                b.buffers.push(BufDef { class: c, device: d, bytes: p.classes[c].bytes, writer: None, readers: Vec::new(), holds_root: false, upload: false });
                 b.kept_buf.insert(c, id);
                 continue;
             }
             let n = choice[c].expect("needed class without a choice");
             let node = &p.nodes[n];
-            if node.source.is_some() {
-                b.kind[c] = ClassKind::Source;
-                continue;
+            match node.source {
+                Some(Source::Weight) => {
+                    b.kind[c] = ClassKind::Weight;
+                    continue;
+                }
+                Some(Source::Input) => {
+                    b.kind[c] = ClassKind::Source;
+                    continue;
+                }
+                None => {}
             }
             let k = option[c].expect("computed node without an option");
             let o = &node.options[k];
@@ -261,7 +292,7 @@ pub(crate) struct Timed {
     pub start: Vec<u64>,
     pub end: Vec<u64>,
     pub makespan: u64,
-    /// Live interval of every buffer (`None` = kept, live always).
+    /// Live interval of every buffer (`None` = persistent: kept or uploaded, live always).
     pub live: Vec<Option<(u64, u64)>>,
     pub peak: u64,
 }

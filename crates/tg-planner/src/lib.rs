@@ -13,6 +13,7 @@ pub mod memory;
 pub mod problem;
 pub mod result;
 mod search;
+mod seed;
 mod single;
 pub mod validate;
 

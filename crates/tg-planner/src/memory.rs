@@ -34,11 +34,16 @@ pub enum Packing {
     Unknown,
 }
 
-/// Place `items` into `capacity` bytes with `tg_pack` (heuristics, then its exact search
-/// under `node_budget` nodes and the deadline).
+/// Place `items` into `capacity` bytes: first-fit by start time when that fits (linear in
+/// the items times the buffers live at once, which on model plans with ample arenas is all
+/// it takes), else `tg_pack` (heuristics, then its exact search under `node_budget` nodes
+/// and the deadline).
 pub fn pack(items: &[Item], capacity: u64, node_budget: u64, deadline: Option<Instant>) -> Packing {
     if items.is_empty() {
         return Packing::Fits(Vec::new());
+    }
+    if let Some(offsets) = first_fit(items, capacity) {
+        return Packing::Fits(offsets);
     }
     let clamp = |t: u64| t.min(i64::MAX as u64) as i64;
     let buffers: Vec<tg_pack::Buffer> = items
@@ -63,6 +68,39 @@ pub fn pack(items: &[Item], capacity: u64, node_budget: u64, deadline: Option<In
         },
         Err(_) => Packing::Unknown,
     }
+}
+
+/// Items by start time, each at the lowest offset clear of the placed items still live at
+/// its start (those are the only ones it can conflict with: every placed item starts no
+/// later); `None` when one would end above `capacity`.
+fn first_fit(items: &[Item], capacity: u64) -> Option<Vec<u64>> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| (items[i].start, std::cmp::Reverse(items[i].bytes), i));
+    let mut offsets = vec![0u64; items.len()];
+    // Placed items live at the current start: (offset, end offset, item).
+    let mut active: Vec<(u64, u64, usize)> = Vec::new();
+    for &i in &order {
+        let it = items[i];
+        // Placed items ending by this start end before every later one starts too.
+        active.retain(|&(_, _, j)| items[j].end > it.start);
+        active.sort_unstable();
+        let mut x = 0u64;
+        for &(lo, hi, _) in active.iter().filter(|_| it.start < it.end) {
+            if x.checked_add(it.bytes)? <= lo {
+                break;
+            }
+            x = x.max(hi);
+        }
+        let top = x.checked_add(it.bytes)?;
+        if top > capacity {
+            return None;
+        }
+        offsets[i] = x;
+        if it.start < it.end {
+            active.push((x, top, i));
+        }
+    }
+    Some(offsets)
 }
 
 #[cfg(test)]

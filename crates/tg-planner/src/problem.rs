@@ -61,7 +61,8 @@ pub struct Class {
 pub enum Source {
     /// A graph input: on the home device at time 0.
     Input,
-    /// A weight, read in place from the weight store on the home device.
+    /// A weight: read in place from the weight store on the home device, and uploaded once
+    /// (at load time, a persistent buffer, no copy step) to every other device that reads it.
     Weight,
 }
 

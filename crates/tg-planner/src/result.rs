@@ -51,6 +51,8 @@ pub enum BufferKind {
     Copy,
     /// Persistent buffer of a kept class.
     Kept,
+    /// A weight uploaded once to a device other than home (persistent, no copy step).
+    Weight,
 }
 
 /// One buffer of a plan.
@@ -68,7 +70,7 @@ pub struct PlanBuffer {
     pub offset: u64,
     /// Live from.
     pub start: u64,
-    /// Live until (exclusive); `None` for kept buffers.
+    /// Live until (exclusive); `None` for persistent (kept and weight) buffers.
     pub end: Option<u64>,
 }
 
@@ -157,6 +159,7 @@ impl Solution {
             .enumerate()
             .map(|(i, b)| {
                 let kind = match b.writer {
+                    None if b.upload => BufferKind::Weight,
                     None => BufferKind::Kept,
                     Some(w) => match self.config.steps[w] {
                         StepDef::Kernel { .. } => BufferKind::Output,

@@ -10,15 +10,16 @@
 //!   each step's earliest start plus its tail and by each resource's remaining work; each
 //!   improving leaf is packed into the arenas ([`crate::memory`]).
 //!
-//! The first leaf of both searches is a list schedule (cheapest options, earliest start
-//! first), so a plan exists within milliseconds; the search then improves it until the
-//! bound meets the incumbent or a budget runs out.
+//! Before both, the seeds of [`crate::seed`] (one-device extractions and copy-aware list
+//! schedules) give the first incumbent within milliseconds, never worse than the best
+//! one-device plan, and its decisions are the outer search's first branches; the search
+//! then improves it until the bound meets the incumbent or a budget runs out.
 
 use std::time::{Duration, Instant};
 
 use crate::config::{ClassKind, Config, ConfigError, StepDef, Timed};
 use crate::memory::{self, Item, Packing};
-use crate::problem::Problem;
+use crate::problem::{Problem, Source};
 
 /// Budgets of a search.
 #[derive(Clone, Debug)]
@@ -225,6 +226,10 @@ struct Search<'a> {
     inner_left: u64,
     /// The probe ran out of time.
     probe_stopped: bool,
+    /// The seed plan's decision for each class: the outer search tries it first.
+    guide: Vec<Option<Dec>>,
+    /// Decided readers of each class per device (computed nodes whose option is there).
+    readers: Vec<Vec<u32>>,
 }
 
 /// Solve a problem under `limits`.
@@ -270,13 +275,22 @@ fn solve_here(p: &Problem, limits: &Limits) -> Outcome {
         probe: None,
         inner_left: u64::MAX,
         probe_stopped: false,
+        guide: vec![None; nc],
+        readers: vec![vec![0; nd]; nc],
     };
     for &r in &p.roots {
         s.need[r] += 1;
     }
     let mut root_lb = s.outer_bound().0;
     if root_lb < INF {
-        root_lb = root_lb.max(work_bound(p, limits.time.mul_f64(0.05).min(Duration::from_secs(1))));
+        // Seeds: the one-device plans and copy-aware list schedules, the best one packed
+        // as the first incumbent and followed first by the outer search.
+        s.seed(limits.time.mul_f64(0.01).min(Duration::from_millis(20)));
+        let bound_time = limits.time.mul_f64(0.05).min(Duration::from_secs(1));
+        root_lb = root_lb.max(work_bound(p, bound_time));
+        if nd == 2 {
+            root_lb = root_lb.max(alpha_work_bound(p, bound_time));
+        }
         // Probing: limited discrepancy search with cheap inner searches (a few hundred
         // orders per decision) finds good incumbents before the complete search, which would
         // otherwise spend its budget on the orders of the first decisions it meets.
@@ -328,6 +342,71 @@ impl Search<'_> {
         }
     }
 
+    /// Time every seed candidate (`crate::seed`), offer them best first until one packs,
+    /// and take the incumbent's decisions as the guide of the outer search.
+    fn seed(&mut self, time: Duration) {
+        let p = self.p;
+        let mut cands = Vec::new();
+        for d in crate::seed::one_device(p, time).into_iter().flatten() {
+            if p.devices.len() > 1 {
+                if let Some(h) = crate::seed::heft(p, &d) {
+                    cands.push(h);
+                }
+            }
+            cands.push(d);
+        }
+        let mut timed = Vec::new();
+        for (i, d) in cands.iter().enumerate() {
+            let Ok(cfg) = Config::build(p, &d.needed, &d.keep, &d.choice, &d.option) else { continue };
+            let start = crate::seed::list_schedule(p, &cfg);
+            let t = cfg.timed(p, start);
+            timed.push(((t.makespan, t.peak, i), cfg, t));
+        }
+        timed.sort_by_key(|x| x.0);
+        for ((.., i), cfg, t) in timed {
+            let d = &cands[i];
+            self.offer(&cfg, t, &d.keep, &d.choice, &d.option);
+            if self.best.is_some() {
+                break;
+            }
+        }
+        if let Some(b) = &self.best {
+            for c in 0..p.classes.len() {
+                self.guide[c] = match (b.keep[c], b.choice[c]) {
+                    (Some(d), _) => Some(Dec::Keep(d)),
+                    (None, Some(n)) => Some(Dec::Node(n, b.option[c].unwrap_or(0))),
+                    _ => None,
+                };
+            }
+        }
+    }
+
+    /// Copy time implied by deciding `c` on device `d`: to every device where decided nodes
+    /// read it (home, for a root), and from where its decided children are (weights are
+    /// uploaded, not copied). `INF` when a copy has no link.
+    fn copy_charge(&self, c: usize, node: usize, d: usize) -> u64 {
+        let p = self.p;
+        let mut t = 0u64;
+        for (e, &r) in self.readers[c].iter().enumerate() {
+            if e != d && (r > 0 || (e == p.home && p.roots.contains(&c))) {
+                t = t.saturating_add(p.copy_time(c, d, e).unwrap_or(INF));
+            }
+        }
+        for &ch in &p.nodes[node].children {
+            if let Some(l) = self.loc(ch) {
+                if l != d && !self.is_weight(ch) {
+                    t = t.saturating_add(p.copy_time(ch, l, d).unwrap_or(INF));
+                }
+            }
+        }
+        t.min(INF)
+    }
+
+    /// Whether `c` is decided as a weight source.
+    fn is_weight(&self, c: usize) -> bool {
+        matches!(self.dec[c], Some(Dec::Node(n, _)) if self.p.nodes[n].source == Some(Source::Weight))
+    }
+
     fn best_key(&self) -> (u64, u64) {
         self.best.as_ref().map_or((INF, INF), |b| (b.makespan(), b.peak()))
     }
@@ -360,44 +439,59 @@ impl Search<'_> {
             }
             lb = lb.max(v);
         }
-        // Memory: every decided kernel needs its output and its arena-resident operands at once.
+        // Memory: every decided kernel needs its output and its arena-resident operands at
+        // once, next to the persistent buffers (kept values, and the weights uploaded to a
+        // device other than home because a decided node there reads them).
         let mut peak_lb = 0u64;
         for d in 0..nd {
             let mut foot = 0u64;
+            let mut uploads: Vec<usize> = Vec::new();
             for c in 0..nc {
                 let Some(Dec::Node(n, k)) = self.dec[c] else {
                     continue;
                 };
                 let node = &p.nodes[n];
-                if node.source.is_some() || node.options[k].alias || node.options[k].device != d {
+                if node.source.is_some() || node.options[k].device != d {
                     continue;
                 }
-                let mut f = p.classes[c].bytes;
+                let alias = node.options[k].alias;
+                let mut f = if alias { 0 } else { p.classes[c].bytes };
                 let mut counted: Vec<usize> = Vec::new();
                 for &ch in &node.children {
                     if counted.contains(&ch) {
                         continue;
                     }
                     counted.push(ch);
+                    if self.is_weight(ch) {
+                        if d != p.home {
+                            uploads.push(ch);
+                        }
+                        continue;
+                    }
                     match self.dec[ch] {
                         Some(Dec::Keep(kd)) if kd == d => {}
                         Some(Dec::Node(cn, ck)) => {
                             let cnode = &p.nodes[cn];
                             let on_home_source = cnode.source.is_some() && d == p.home;
-                            let alias = cnode.source.is_none() && cnode.options[ck].alias;
-                            if !on_home_source && !alias {
+                            let child_alias = cnode.source.is_none() && cnode.options[ck].alias;
+                            if !on_home_source && !child_alias {
                                 f += p.classes[ch].bytes;
                             }
                         }
                         _ => {}
                     }
                 }
-                foot = foot.max(f);
+                if !alias {
+                    foot = foot.max(f);
+                }
             }
-            if self.kept_bytes[d] + foot > p.devices[d].capacity {
+            uploads.sort_unstable();
+            uploads.dedup();
+            let persistent = self.kept_bytes[d] + uploads.iter().map(|&c| p.classes[c].bytes).sum::<u64>();
+            if persistent + foot > p.devices[d].capacity {
                 return (INF, INF);
             }
-            peak_lb += self.kept_bytes[d] + foot;
+            peak_lb += persistent + foot;
         }
         (lb, peak_lb)
     }
@@ -420,7 +514,8 @@ impl Search<'_> {
                     for &ch in &node.children {
                         let mut a = self.avail_lb(ch, memo);
                         if let Some(l) = self.loc(ch) {
-                            if l != o.device {
+                            // A weight is uploaded at load time: no copy.
+                            if l != o.device && !self.is_weight(ch) {
                                 a += self.p.copy_time(ch, l, o.device).unwrap_or(INF);
                             }
                         }
@@ -474,12 +569,24 @@ impl Search<'_> {
                         self.need[ch] -= 1;
                     }
                 }
-                if node.source.is_none() && !node.options[k].alias {
+                if node.source.is_none() {
                     let o = &node.options[k];
-                    if sign {
-                        self.work[o.device] += o.time;
-                    } else {
-                        self.work[o.device] -= o.time;
+                    let mut distinct = node.children.clone();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    for ch in distinct {
+                        if sign {
+                            self.readers[ch][o.device] += 1;
+                        } else {
+                            self.readers[ch][o.device] -= 1;
+                        }
+                    }
+                    if !o.alias {
+                        if sign {
+                            self.work[o.device] += o.time;
+                        } else {
+                            self.work[o.device] -= o.time;
+                        }
                     }
                 }
             }
@@ -511,19 +618,22 @@ impl Search<'_> {
             self.leaf();
             return;
         };
-        // Branches: keep first (it costs no time), then nodes by their cheapest chain.
-        let mut branches: Vec<(u64, Dec)> = Vec::new();
+        // Branches: the seed plan's decision first, then keep (it costs no time), then nodes
+        // by their cheapest chain (a loaded device finishes later) plus the copies the
+        // choice implies to and from what is decided.
+        let mut branches: Vec<((bool, u64), Dec)> = Vec::new();
+        let guide = self.guide[c];
         if self.p.classes[c].cacheable {
             for d in 0..self.p.devices.len() {
                 if self.kept_bytes[d] + self.p.classes[c].bytes <= self.p.devices[d].cache_budget {
-                    branches.push((0, Dec::Keep(d)));
+                    branches.push(((guide != Some(Dec::Keep(d)), 0), Dec::Keep(d)));
                 }
             }
         }
         for &n in &self.pre.class_nodes[c] {
             let node = &self.p.nodes[n];
             if node.source.is_some() {
-                branches.push((0, Dec::Node(n, 0)));
+                branches.push(((guide != Some(Dec::Node(n, 0)), 0), Dec::Node(n, 0)));
                 continue;
             }
             let ch = node.children.iter().map(|&x| self.pre.cp_min[x]).max().unwrap_or(0);
@@ -531,8 +641,8 @@ impl Search<'_> {
                 continue;
             }
             for (k, o) in node.options.iter().enumerate() {
-                // Cheapest chain, but a loaded device finishes later.
-                branches.push(((ch + o.time).max(self.work[o.device] + o.time), Dec::Node(n, k)));
+                let v = (ch + o.time).max(self.work[o.device] + o.time) + self.copy_charge(c, n, o.device);
+                branches.push(((guide != Some(Dec::Node(n, k)), v), Dec::Node(n, k)));
             }
         }
         branches.sort_by_key(|&(v, _)| v);
@@ -642,6 +752,38 @@ fn work_bound(p: &Problem, time: Duration) -> u64 {
         // No acyclic extraction: the outer search proves infeasibility itself.
         Err(_) => 0,
     }
+}
+
+/// Two devices: for every `α ∈ [0, 1]`, `M ≥ α·W₀ + (1−α)·W₁` (each device's work is at
+/// most the makespan), and `α·W₀ + (1−α)·W₁` is the DAG cost of the plan's choice with each
+/// kernel costed `α·t` on device 0 and `(1−α)·t` on device 1, so `tg_extract`'s proven
+/// bound for those costs (cheapest option per node, a free leaf for every keepable class)
+/// bounds the makespan. Tried at a few `α` from the nodes' time ratios `t₁/(t₀+t₁)`.
+fn alpha_work_bound(p: &Problem, time: Duration) -> u64 {
+    let mut ratios: Vec<f64> = Vec::new();
+    for n in &p.nodes {
+        let on = |d: usize| n.options.iter().filter(|o| o.device == d && !o.alias).map(|o| o.time).min();
+        if let (Some(a), Some(b)) = (on(0), on(1)) {
+            ratios.push(b as f64 / (a + b) as f64);
+        }
+    }
+    if ratios.is_empty() {
+        return 0;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let mut alphas: Vec<f64> = [0.25, 0.5, 0.75].iter().map(|q| ratios[((ratios.len() - 1) as f64 * q) as usize]).collect();
+    alphas.dedup_by(|a, b| (*a - *b).abs() < 1e-6);
+    let each = time.div_f64(alphas.len() as f64);
+    let mut best = 0u64;
+    for al in alphas {
+        let cost = |o: &crate::problem::ImplOption| Some(if o.device == 0 { al * o.time as f64 } else { (1.0 - al) * o.time as f64 });
+        let Some((g, _)) = crate::single::extraction_graph_with(p, true, cost) else { continue };
+        if let Ok(x) = tg_extract::extract(&g, &tg_extract::Options { time_limit: each, ..Default::default() }) {
+            // Integer makespans: round up, with a margin for floating-point error.
+            best = best.max((x.lower_bound * (1.0 - 1e-9) - 1e-6).ceil().max(0.0) as u64);
+        }
+    }
+    best
 }
 
 /// `max_α α·(w0 + Σ_{c→0} t0) + (1−α)·(w1 + Σ_{c→1} t1)` relaxed: for every α the load mix

@@ -14,7 +14,7 @@ use tg_extract::{ClassId, EGraphBuilder};
 
 use crate::config::Config;
 use crate::memory::Packing;
-use crate::problem::Problem;
+use crate::problem::{ImplOption, Problem};
 use crate::search::{Limits, Outcome, Solution, Status};
 
 /// Whether the reduction applies: one device and no class that could be kept.
@@ -77,17 +77,34 @@ pub(crate) fn solve(p: &Problem, limits: &Limits) -> Option<Outcome> {
 
 /// The DAG-cost extraction graph of `p`: one extraction node per planner node, at its
 /// cheapest option's time (sources 0); with `free_keep`, one more free leaf for every class
-/// that could be kept (cacheable, and some device's cache budget holds it). Returns the graph and, per extraction node below the planner's, the
-/// planner node and option it stands for. `None` if the builder rejects it (it cannot for a
-/// checked problem).
+/// that could be kept (cacheable, and some device's cache budget holds it). Returns the
+/// graph and, per extraction node below the planner's, the planner node and option it
+/// stands for. `None` if the builder rejects it (it cannot for a checked problem).
 pub(crate) fn extraction_graph(p: &Problem, free_keep: bool) -> Option<(tg_extract::EGraph, Vec<(usize, usize)>)> {
+    extraction_graph_with(p, free_keep, |o| Some(o.time as f64))
+}
+
+/// [`extraction_graph`] with each option costed by `cost` (`None`: the option is not
+/// allowed). A node keeps its cheapest allowed option (sources cost 0); a node with no
+/// allowed option is left out, and a class left with no node gets a node that reads its
+/// own class, which no acyclic extraction can use (`back` maps it to `usize::MAX`).
+pub(crate) fn extraction_graph_with(p: &Problem, free_keep: bool, cost: impl Fn(&ImplOption) -> Option<f64>) -> Option<(tg_extract::EGraph, Vec<(usize, usize)>)> {
     let mut e = EGraphBuilder::new();
     let classes: Vec<ClassId> = (0..p.classes.len()).map(|c| e.add_class(c.to_string())).collect();
     let mut back = Vec::with_capacity(p.nodes.len());
+    let mut has_node = vec![false; p.classes.len()];
     for (i, n) in p.nodes.iter().enumerate() {
-        let (k, t) = n.options.iter().enumerate().min_by_key(|(_, o)| o.time).map_or((0, 0), |(k, o)| (k, o.time));
-        e.add_node(classes[n.class], i.to_string(), t as f64, n.children.iter().map(|&c| classes[c])).ok()?;
+        let best = if n.source.is_some() { Some((0, 0.0)) } else { n.options.iter().enumerate().filter_map(|(k, o)| cost(o).map(|t| (k, t))).min_by(|a, b| a.1.total_cmp(&b.1)) };
+        let Some((k, t)) = best else { continue };
+        e.add_node(classes[n.class], i.to_string(), t, n.children.iter().map(|&c| classes[c])).ok()?;
         back.push((i, k));
+        has_node[n.class] = true;
+    }
+    for (c, &has) in has_node.iter().enumerate() {
+        if !has {
+            e.add_node(classes[c], format!("none {c}"), 0.0, [classes[c]]).ok()?;
+            back.push((usize::MAX, 0));
+        }
     }
     if free_keep {
         for (c, class) in p.classes.iter().enumerate() {

@@ -1,12 +1,12 @@
 //! The independent plan validator: it knows nothing of the search and rechecks a [`Plan`]
 //! against `docs/planner.md` from the problem and the plan alone — the needed classes and
 //! their acyclic choice, the implied copies (exactly those), every step's time and its start
-//! "as early as its order allows", lifetimes, offsets, capacities and the cache budget, and
-//! the makespan and peak the result claims.
+//! "as early as its order allows", the weight uploads, lifetimes, offsets, capacities and
+//! the cache budget, and the makespan and peak the result claims.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::problem::Problem;
+use crate::problem::{Problem, Source};
 use crate::result::{BufferKind, Plan, PlanStep};
 
 /// A rule of the definition that a plan breaks.
@@ -33,7 +33,8 @@ pub struct Checked {
 /// Where a needed class lives, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Where {
-    Source,
+    /// A source; `true` for a weight (uploaded to the other devices that read it).
+    Source(bool),
     Kept(usize),
     Kernel(usize),
     Alias(usize, usize),
@@ -81,7 +82,7 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
             if plan.option.contains_key(&c) {
                 return fail(format!("class {c} is a source and has no option"));
             }
-            wh.insert(c, Where::Source);
+            wh.insert(c, Where::Source(node.source == Some(Source::Weight)));
             continue;
         }
         let Some(&k) = plan.option.get(&c) else {
@@ -124,12 +125,15 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
     }
     let loc = |c: usize| -> usize {
         match wh[&c] {
-            Where::Source => p.home,
+            Where::Source(_) => p.home,
             Where::Kept(d) | Where::Kernel(d) | Where::Alias(_, d) => d,
         }
     };
-    // Required copies.
+    let is_weight = |c: usize| wh[&c] == Where::Source(true);
+    // Required copies, and weight uploads (a weight read on another device is uploaded once
+    // at load time: a persistent buffer there, no copy step).
     let mut copies: BTreeSet<(usize, usize)> = BTreeSet::new();
+    let mut uploads: BTreeSet<(usize, usize)> = BTreeSet::new();
     for (&c, &w) in &wh {
         let dev = match w {
             Where::Kernel(d) | Where::Alias(_, d) => d,
@@ -137,7 +141,11 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
         };
         for &ch in &p.nodes[plan.choice[&c]].children {
             if loc(ch) != dev {
-                copies.insert((ch, dev));
+                if is_weight(ch) {
+                    uploads.insert((ch, dev));
+                } else {
+                    copies.insert((ch, dev));
+                }
             }
         }
     }
@@ -204,10 +212,11 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
         copy_at: &BTreeMap<(usize, usize), (u64, u64)>,
     ) -> u64 {
         if loc(c) != d {
-            return copy_at[&(c, d)].1;
+            // A weight's upload is there from the start.
+            return if wh[&c] == Where::Source(true) { 0 } else { copy_at[&(c, d)].1 };
         }
         match wh[&c] {
-            Where::Source | Where::Kept(_) => 0,
+            Where::Source(_) | Where::Kept(_) => 0,
             Where::Kernel(_) => kernel_at[&c].1,
             Where::Alias(ch, dev) => avail(ch, dev, wh, loc, kernel_at, copy_at),
         }
@@ -251,13 +260,17 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
             expect.insert((c, d, BufferKind::Kept), (0, 0));
         }
     }
+    for &(c, d) in &uploads {
+        expect.insert((c, d, BufferKind::Weight), (0, 0));
+    }
     // The buffer a class uses on a device.
     fn buffer_of(c: usize, d: usize, wh: &BTreeMap<usize, Where>, loc: &dyn Fn(usize) -> usize) -> Option<(usize, usize, BufferKind)> {
         if loc(c) != d {
-            return Some((c, d, BufferKind::Copy));
+            let kind = if wh[&c] == Where::Source(true) { BufferKind::Weight } else { BufferKind::Copy };
+            return Some((c, d, kind));
         }
         match wh[&c] {
-            Where::Source => None,
+            Where::Source(_) => None,
             Where::Kept(_) => Some((c, d, BufferKind::Kept)),
             Where::Kernel(_) => Some((c, d, BufferKind::Output)),
             Where::Alias(ch, dev) => buffer_of(ch, dev, wh, loc),
@@ -297,7 +310,8 @@ pub fn validate(p: &Problem, plan: &Plan) -> Result<Checked, Invalid> {
         if b.bytes != p.classes[b.class].bytes {
             return fail(format!("buffer {key:?}: {} bytes, class has {}", b.bytes, p.classes[b.class].bytes));
         }
-        let want = if b.kind == BufferKind::Kept { (0, None) } else { (s, Some(last_use[&key])) };
+        let persistent = matches!(b.kind, BufferKind::Kept | BufferKind::Weight);
+        let want = if persistent { (0, None) } else { (s, Some(last_use[&key])) };
         if (b.start, b.end) != want {
             return fail(format!("buffer {key:?}: live {:?}, recomputed {:?}", (b.start, b.end), want));
         }

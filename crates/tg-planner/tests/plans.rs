@@ -114,6 +114,84 @@ fn kept_values_cost_memory_not_time() {
     assert_eq!((b.makespan(), b.peak()), (53, 20));
 }
 
+#[test]
+fn weights_are_uploaded_once_not_copied() {
+    // c1 = k(weight c0) on the cpu (20) or the gpu (4); links 1 byte/ns, no latency.
+    let base = serde_json::json!({
+        "devices": [{"name": "cpu", "capacity": 100}, {"name": "gpu", "capacity": 100}],
+        "links": [{"from": 0, "to": 1, "latency": 0, "bytes_per_us": 1000}, {"from": 1, "to": 0, "latency": 0, "bytes_per_us": 1000}],
+        "classes": [{"bytes": 8}, {"bytes": 2}],
+        "nodes": [
+            {"class": 0, "source": "weight"},
+            {"class": 1, "children": [0], "options": [{"device": 0, "time": 20}, {"device": 1, "time": 4}]}
+        ],
+        "roots": [1]
+    });
+    // On the gpu the weight is there at 0 (no 8 ns copy): kernel [0,4), copy back [4,6).
+    // Peak: gpu upload 8 (persistent) + output 2; home: the copy 2.
+    let out = exact(&problem(base.clone()));
+    assert_eq!(out.status, Status::Optimal);
+    let b = out.best.unwrap();
+    assert_eq!((b.makespan(), b.peak()), (6, 12));
+    let plan = b.to_plan();
+    assert!(plan.steps.iter().all(|s| !matches!(s, tg_planner::result::PlanStep::Copy { class: 0, .. })), "no copy of the weight: {plan:?}");
+    let up: Vec<_> = plan.buffers.iter().filter(|x| x.kind == tg_planner::result::BufferKind::Weight).collect();
+    assert_eq!(up.len(), 1);
+    assert_eq!((up[0].class, up[0].device, up[0].bytes, up[0].start, up[0].end), (0, 1, 8, 0, None));
+    // The upload counts against the capacity: with 9 bytes on the gpu (8 + 2 > 9) the cpu runs it.
+    let mut tight = base;
+    tight["devices"][1]["capacity"] = serde_json::json!(9);
+    let b = exact(&problem(tight)).best.unwrap();
+    assert_eq!((b.makespan(), b.peak()), (20, 2));
+    assert!(b.to_plan().buffers.iter().all(|x| x.kind != tg_planner::result::BufferKind::Weight));
+}
+
+/// The first plan (the seeds, before any branching: a node budget of 1 stops the search
+/// there) is valid and never worse than the best plan on the home device alone.
+#[test]
+fn first_plan_is_no_worse_than_one_device() {
+    let seed: u64 = std::env::var("TG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
+    eprintln!("seed {seed}");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut better = 0;
+    for case in 0..200 {
+        let nc = rng.gen_range(3..=14);
+        let mut nodes = vec![serde_json::json!({"class": 0, "source": "input"}), serde_json::json!({"class": 1, "source": "weight"})];
+        for c in 2..nc {
+            for _ in 0..rng.gen_range(1..=2) {
+                let children: Vec<usize> = (0..rng.gen_range(1..=3)).map(|_| rng.gen_range(0..c)).collect();
+                let t = rng.gen_range(1..=40u64);
+                let mut options = vec![serde_json::json!({"device": 0, "time": t})];
+                if rng.gen_bool(0.8) {
+                    options.push(serde_json::json!({"device": 1, "time": (t / rng.gen_range(1..=4)).max(1)}));
+                }
+                nodes.push(serde_json::json!({"class": c, "children": children, "options": options}));
+            }
+        }
+        let classes: Vec<_> = (0..nc).map(|_| serde_json::json!({"bytes": rng.gen_range(1..=64)})).collect();
+        let links: Vec<_> =
+            [(0, 1), (1, 0)].iter().map(|&(a, b)| serde_json::json!({"from": a, "to": b, "latency": rng.gen_range(0..=5), "bytes_per_us": rng.gen_range(2000..=20000)})).collect();
+        let two = serde_json::json!({"devices": [{"capacity": 1 << 20}, {"capacity": 1 << 20}], "links": links, "classes": classes, "nodes": nodes.clone(), "roots": [nc - 1]});
+        for n in nodes.iter_mut() {
+            if let Some(o) = n.get_mut("options") {
+                o.as_array_mut().unwrap().retain(|x| x["device"] == 0);
+            }
+        }
+        let one = serde_json::json!({"devices": [{"capacity": 1 << 20}], "classes": classes, "nodes": nodes, "roots": [nc - 1]});
+        let (two, one) = (problem(two), problem(one));
+        let first = solve(&two, &Limits { nodes: 1, ..Limits::default() });
+        let alone = exact(&one);
+        let (Some(f), Some(a)) = (&first.best, &alone.best) else { panic!("case {case}: no plan: {}", serde_json::to_string(&two).unwrap()) };
+        let c = validate(&two, &f.to_plan()).unwrap_or_else(|e| panic!("case {case}: {e}"));
+        assert_eq!(c.makespan, f.makespan());
+        assert_eq!(alone.status, Status::Optimal);
+        assert!(f.makespan() <= a.makespan(), "case {case}: first plan {} > one device {}: {}", f.makespan(), a.makespan(), serde_json::to_string(&two).unwrap());
+        better += usize::from(f.makespan() < a.makespan());
+    }
+    eprintln!("{better} of 200 first plans beat the one-device optimum");
+    assert!(better > 50, "the accelerator should pay off in many cases ({better})");
+}
+
 /// Random small problems: every plan passes the validator; small ones finish.
 #[test]
 fn random_problems_give_valid_plans() {

@@ -14,6 +14,13 @@
   makespan is never below CP-SAT's proven bound, its lower bound never above CP-SAT's proven
   optimum; its plan passes the checker.
 
+- Two-device pieces of the real Gemma problems (``oracle.gemma``: connected sub-DAGs of
+  ``tests/fixtures/planning/gemma-{6,128}-2dev.json`` with their real byte sizes, kernel
+  times on both devices and link): ``TG_ORACLE_GEMMA_CASES`` (default 30) of 4-14 computed
+  classes against brute force (exactly its optimum, as the small cases), and
+  ``TG_ORACLE_GEMMA_CPSAT_CASES`` (default 6) of 8-14 classes against CP-SAT (as the medium
+  cases). About 20 s in all.
+
 Seeds derive from ``TG_SEED`` (see conftest) and are printed with every failure; the failing
 problem and both results are written to ``$TG_ORACLE_FAIL_DIR`` (default ``/tmp/tg-oracle``).
 Rebuild a problem with ``oracle.random_problem(seed)`` (small) or
@@ -31,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BASE_SEED
-from oracle import brute, check
+from oracle import brute, check, gemma
 from oracle.problem import hand_cases, random_problem
 
 tg = pytest.importorskip("tensor_graphs", reason="SKIPPED: the tensor_graphs package is not installed")
@@ -41,6 +48,9 @@ if plan_problem is None:
                 "bindings of issue 6)", allow_module_level=True)
 
 SMALL_CASES = int(os.environ.get("TG_ORACLE_CASES", "2000"))
+GEMMA_CASES = int(os.environ.get("TG_ORACLE_GEMMA_CASES", "30"))
+GEMMA_CPSAT_CASES = int(os.environ.get("TG_ORACLE_GEMMA_CPSAT_CASES", "6"))
+GEMMA_FIXTURES = ("gemma-6-2dev.json", "gemma-128-2dev.json")
 MEDIUM_CASES = int(os.environ.get("TG_ORACLE_CPSAT_CASES", "8"))
 CPSAT_TIME = float(os.environ.get("TG_ORACLE_CPSAT_TIME", "2"))
 CPSAT_WORKERS = int(os.environ.get("TG_ORACLE_CPSAT_WORKERS", "1"))
@@ -49,7 +59,7 @@ FAIL_DIR = Path(os.environ.get("TG_ORACLE_FAIL_DIR", "/tmp/tg-oracle"))
 BATCH = 250
 MAX_REPORTED = 5  # failures described per batch
 
-STREAM_SMALL, STREAM_MEDIUM = 11, 12
+STREAM_SMALL, STREAM_MEDIUM, STREAM_GEMMA = 11, 12, 13
 
 SUMMARY: dict[str, float] = {}
 
@@ -164,15 +174,64 @@ def test_small_vs_brute_force(batch):
 
 @pytest.mark.parametrize("i", range(MEDIUM_CASES))
 def test_medium_vs_cpsat(i):
-    cpsat = pytest.importorskip("oracle.cpsat", reason="SKIPPED: ortools is not installed (pip install 'ortools>=9.15,<10')")
     seed = seed_of(STREAM_MEDIUM, i)
-    p = random_problem(seed, "medium")
+    compare_cpsat(random_problem(seed, "medium"), seed, "medium", f"oracle.random_problem({seed}, 'medium')")
+
+
+# ------------------------------------------------------------------------------ Gemma pieces
+
+
+def gemma_cases(which: str, count: int, sizes: tuple[int, int], max_space: int | None) -> list[tuple[str, dict]]:
+    """``count`` pieces, half from each fixture, named by fixture, stream seed and index."""
+    out = []
+    for f, name in enumerate(GEMMA_FIXTURES):
+        seed = seed_of(STREAM_GEMMA, 2 * f + (which == "cpsat"))
+        n = (count + 1 - f) // 2
+        for i, p in enumerate(gemma.cuts(name, seed, n, sizes, max_space)):
+            out.append((f"{name}:{seed}:{i}", p))
+    return out
+
+
+def test_gemma_pieces_vs_brute_force():
+    failures = []
+    cases = gemma_cases("brute", GEMMA_CASES, (4, 14), 20000)
+    assert len(cases) == GEMMA_CASES, f"only {len(cases)} of {GEMMA_CASES} pieces cut"
+    for name, p in cases:
+        t = time.perf_counter()
+        b = brute.solve(p)
+        count("gemma brute s", time.perf_counter() - t)
+        r, dt = run_planner(p, RUST_TIME)
+        count("gemma planner s", dt)
+        errs = compare_exact(p, (b["status"], b["makespan"], b["peak_bytes"]), r)
+        count("gemma cases")
+        if b["plan"] is not None and any(s["kind"] == "kernel" and s["device"] != p.get("home", 0) for s in b["plan"]["steps"]):
+            count("gemma optimum uses the accelerator")
+        if b["plan"] is not None and any(s["kind"] == "kernel" and s["device"] == p.get("home", 0) for s in b["plan"]["steps"]):
+            count("gemma optimum uses the cpu")
+        if errs:
+            count("gemma FAILED")
+            failures.append(f"- {name}: {'; '.join(errs)}\n  {dump('planner-gemma', name.replace(':', '-'), p, brute=b, planner=r)}")
+        else:
+            count("gemma matched brute force")
+    assert not failures, f"{len(failures)} of {len(cases)} Gemma pieces failed (first {MAX_REPORTED}):\n" + "\n".join(
+        failures[:MAX_REPORTED])
+
+
+@pytest.mark.parametrize("i", range(GEMMA_CPSAT_CASES))
+def test_gemma_pieces_vs_cpsat(i):
+    name, p = gemma_cases("cpsat", GEMMA_CPSAT_CASES, (8, 14), None)[i]
+    compare_cpsat(p, name.replace(":", "-"), "gemma piece", f"oracle.gemma.cuts({name!r})")
+
+
+def compare_cpsat(p: dict, seed, what: str, rebuild: str) -> None:
+    """The planner against CP-SAT on ``p`` (see the module doc, medium cases)."""
+    cpsat = pytest.importorskip("oracle.cpsat", reason="SKIPPED: ortools is not installed (pip install 'ortools>=9.15,<10')")
     cp = cpsat.solve(p, time_limit_s=CPSAT_TIME, workers=CPSAT_WORKERS)
-    count("cpsat s", cp["wall_s"])
+    count(f"{what} cpsat s", cp["wall_s"])
     r, dt = run_planner(p, RUST_TIME)
-    count("medium planner s", dt)
-    count("medium cases")
-    count(f"medium cpsat {cp['status']}")
+    count(f"{what} planner s", dt)
+    count(f"{what} cases")
+    count(f"{what} cpsat {cp['status']}")
     errs = []
     status = r.get("status")
     has_plan = status in ("optimal", "feasible")
@@ -203,7 +262,7 @@ def test_medium_vs_cpsat(i):
         if lb is not None and lb > cp["makespan"]:
             errs.append(f"lower_bound {lb} above the proven optimum {cp['makespan']}")
         if not errs:
-            count("medium matched the CP-SAT optimum")
+            count(f"{what} matched the CP-SAT optimum")
     elif cp["status"] == "FEASIBLE":
         if not has_plan:
             errs.append(f"CP-SAT found a plan of makespan {cp['makespan']}, the planner says {status}")
@@ -212,9 +271,9 @@ def test_medium_vs_cpsat(i):
         if lb is not None and lb > cp["makespan"]:
             errs.append(f"lower_bound {lb} above a makespan CP-SAT achieves ({cp['makespan']})")
         if not errs:
-            count("medium beat CP-SAT's incumbent" if m < cp["makespan"] else "medium equalled CP-SAT's incumbent")
+            count(f"{what} beat CP-SAT's incumbent" if m < cp["makespan"] else f"{what} equalled CP-SAT's incumbent")
     if errs:
-        count("medium FAILED")
+        count(f"{what} FAILED")
     cp_short = {k: v for k, v in cp.items() if k != "result"}
-    assert not errs, "; ".join(errs) + (f"\n{dump('planner-medium', seed, p, cpsat=cp_short, cpsat_result=cp['result'], planner=r)}"
-                                        f" (oracle.random_problem({seed}, 'medium'))")
+    assert not errs, "; ".join(errs) + (f"\n{dump('planner-' + what.replace(' ', '-'), seed, p, cpsat=cp_short, cpsat_result=cp['result'], planner=r)}"
+                                        f" ({rebuild})")

@@ -13,7 +13,8 @@ What is enumerated, literally as the definition states it:
    the children that are not kept) must be acyclic.
 3. one option per selected computed node, hence ``loc(c)``.
 4. the implied copies: one per (class, device it is read on other than its location),
-   infeasible without a link.
+   infeasible without a link; a weight read on a device other than home is not copied but
+   uploaded once (a persistent buffer there, like a kept one, outside the cache budget).
 5. the order: for every device and link, every permutation of its steps that is a linear
    extension of the precedence order (a permutation that puts a step before one of its
    transitive predecessors on the same resource deadlocks at once); every combination over
@@ -30,7 +31,7 @@ Safe pruning only (every cut keeps at least one lexicographically optimal plan):
   without the keep is at least as good and is enumerated too;
 - per structure (decisions 1-4), ``LB_M`` = max(critical path with unlimited resources,
   total step time on any one device or link) is a lower bound on the makespan of every
-  order, and ``LB_P`` = Σ_d (kept bytes on d + the largest set of transient buffers on d
+  order, and ``LB_P`` = Σ_d (persistent bytes on d (kept, uploaded weights) + the largest set of transient buffers on d
   that are live together in every order: the operands and the output of one kernel step,
   or all the root buffers on home, which all end at the makespan) is a lower bound on the
   peak. Structures are visited by increasing ``(LB_M, LB_P)`` and skipped when
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from .problem import Problem, parse_problem
 
 Step = tuple  # ("k", class) kernel step, ("c", class, from, to) copy step
+PERSISTENT = ("kept", "weight")  # buffers live during the whole run
 Buf = tuple[int, int]  # (class, device): a class has at most one buffer per device
 
 
@@ -65,10 +67,10 @@ class Structure:
     res: dict[Step, tuple]  # resource: ("d", device) or ("l", from, to)
     preds: dict[Step, set[Step]]
     root_prod: list[Step | None]  # the step whose end makes each root available on home
-    buffers: dict[Buf, tuple[str, Step | None]]  # kind ("output"/"copy"/"kept"), writer
+    buffers: dict[Buf, tuple[str, Step | None]]  # kind ("output"/"copy"/"kept"/"weight"), writer
     readers: dict[Buf, list[Step]]
     root_bufs: set[Buf]
-    kept_bytes: list[int]
+    persistent_bytes: list[int]  # per device: kept buffers and weight uploads
     lb_m: int = 0
     lb_p: int = 0
 
@@ -131,6 +133,7 @@ def _build(p: Problem, keep: dict[int, int], sel: dict[int, int], opt: dict[int,
     for r in p.roots:
         read[r].add(p.home)
 
+    weight = {c for c in needed if c not in keep and p.nodes[sel[c]].source == "weight"}
     steps: list[Step] = []
     dur: dict[Step, int] = {}
     res: dict[Step, tuple] = {}
@@ -141,7 +144,8 @@ def _build(p: Problem, keep: dict[int, int], sel: dict[int, int], opt: dict[int,
             steps.append(s)
             dur[s] = o.time
             res[s] = ("d", o.device)
-    for c in sorted(needed):
+    uploads = [(c, d) for c in sorted(weight) for d in sorted(read[c] - {loc[c]})]
+    for c in sorted(needed - weight):
         for d in sorted(read[c] - {loc[c]}):
             t = p.copy_time(c, loc[c], d)
             if t is None:
@@ -154,7 +158,7 @@ def _build(p: Problem, keep: dict[int, int], sel: dict[int, int], opt: dict[int,
     def producer(x: int, d: int) -> Step | None:
         """The step whose end makes x available on d (None: available at 0)."""
         if loc[x] != d:
-            return ("c", x, loc[x], d)
+            return None if x in weight else ("c", x, loc[x], d)
         if x in keep or x not in opt:
             return None  # kept, or a source on home
         o = p.nodes[sel[x]].options[opt[x]]
@@ -178,6 +182,8 @@ def _build(p: Problem, keep: dict[int, int], sel: dict[int, int], opt: dict[int,
     readers: dict[Buf, list[Step]] = {}
     for c, d in keep.items():
         buffers[(c, d)] = ("kept", None)
+    for c, d in uploads:
+        buffers[(c, d)] = ("weight", None)
     for s in steps:
         if s[0] == "k":
             c = s[1]
@@ -197,10 +203,10 @@ def _build(p: Problem, keep: dict[int, int], sel: dict[int, int], opt: dict[int,
                 readers.setdefault(u, []).append(s)
     root_prod = [producer(r, p.home) for r in p.roots]
     root_bufs = {u for r in p.roots if (u := uses(r, p.home)) is not None}
-    kept_bytes = [0] * p.num_devices
-    for c, d in keep.items():
-        kept_bytes[d] += p.bytes[c]
-    return Structure(keep, sel, opt, loc, steps, dur, res, preds, root_prod, buffers, readers, root_bufs, kept_bytes)
+    persistent = [0] * p.num_devices
+    for c, d in [*keep.items(), *uploads]:
+        persistent[d] += p.bytes[c]
+    return Structure(keep, sel, opt, loc, steps, dur, res, preds, root_prod, buffers, readers, root_bufs, persistent)
 
 
 def _bounds(p: Problem, st: Structure) -> bool:
@@ -220,20 +226,20 @@ def _bounds(p: Problem, st: Structure) -> bool:
 
     together = [0] * p.num_devices  # bytes live together in every order, per device
     for buf, (kind, _) in st.buffers.items():
-        if kind != "kept":
+        if kind not in PERSISTENT:
             together[buf[1]] = max(together[buf[1]], p.bytes[buf[0]])
     for s in st.steps:
         if s[0] == "k":
             d = st.res[s][1]
-            bufs = {(s[1], d)} | {b for b, rs in st.readers.items() if s in rs and st.buffers[b][0] != "kept"}
+            bufs = {(s[1], d)} | {b for b, rs in st.readers.items() if s in rs and st.buffers[b][0] not in PERSISTENT}
             together[d] = max(together[d], sum(p.bytes[b[0]] for b in bufs))
-    rb = [b for b in st.root_bufs if st.buffers[b][0] != "kept"]
+    rb = [b for b in st.root_bufs if st.buffers[b][0] not in PERSISTENT]
     together[p.home] = max(together[p.home], sum(p.bytes[b[0]] for b in rb))
     for d in range(p.num_devices):
-        if st.kept_bytes[d] + together[d] > p.capacity[d]:
+        if st.persistent_bytes[d] + together[d] > p.capacity[d]:
             return False
     st.lb_m = lb_m
-    st.lb_p = sum(st.kept_bytes) + sum(together)
+    st.lb_p = sum(st.persistent_bytes) + sum(together)
     return True
 
 
@@ -344,7 +350,7 @@ def _evaluate(p: Problem, st: Structure, start: dict[Step, int]):
     m = _makespan(st, start)
     life: dict[Buf, tuple[int, int]] = {}
     for b, (kind, w) in st.buffers.items():
-        if kind == "kept":
+        if kind in PERSISTENT:
             continue
         e = max([end[w], *(end[r] for r in st.readers.get(b, []))])
         if b in st.root_bufs:
@@ -433,7 +439,7 @@ def _plan(p: Problem, st: Structure, start: dict[Step, int], life, offsets) -> d
     buffers = []
     for b in sorted(st.buffers):
         kind, _ = st.buffers[b]
-        lo, hi = (0, None) if kind == "kept" else life[b]
+        lo, hi = (0, None) if kind in PERSISTENT else life[b]
         buffers.append({"class": b[0], "device": b[1], "kind": kind, "bytes": p.bytes[b[0]],
                         "offset": offsets[b], "start": lo, "end": hi})
     return {
@@ -446,14 +452,15 @@ def _plan(p: Problem, st: Structure, start: dict[Step, int], life, offsets) -> d
 
 
 def _offsets(p: Problem, st: Structure, life) -> dict[Buf, int] | None:
-    """Kept buffers stacked from 0, the transient ones packed above them (equivalent to any
-    packing: kept buffers are live always, so the transient ones fill the gaps between them
-    and those gaps can be laid side by side); None when they do not fit."""
+    """Persistent (kept and weight) buffers stacked from 0, the transient ones packed above
+    them (equivalent to any packing: persistent buffers are live always, so the transient
+    ones fill the gaps between them and those gaps can be laid side by side); None when
+    they do not fit."""
     out: dict[Buf, int] = {}
     for d in range(p.num_devices):
         base = 0
         for b in sorted(st.buffers):
-            if b[1] == d and st.buffers[b][0] == "kept":
+            if b[1] == d and st.buffers[b][0] in PERSISTENT:
                 out[b] = base
                 base += p.bytes[b[0]]
         trans = [b for b in sorted(life) if b[1] == d]
@@ -489,10 +496,10 @@ def solve(problem: dict | str | Problem, max_structures: int | None = None, prun
             if prune and best is not None and _makespan(st, start) > best[0]:
                 continue
             m, life, peaks = _evaluate(p, st, start)
-            cand = (m, sum(st.kept_bytes) + sum(peaks))
+            cand = (m, sum(st.persistent_bytes) + sum(peaks))
             if best is not None and cand >= best:
                 continue
-            if prune and any(st.kept_bytes[d] + peaks[d] > p.capacity[d] for d in range(p.num_devices)):
+            if prune and any(st.persistent_bytes[d] + peaks[d] > p.capacity[d] for d in range(p.num_devices)):
                 continue
             offsets = _offsets(p, st, life)
             if offsets is None:

@@ -22,11 +22,14 @@ What is checked:
   step must start at ``max(ready, end of the previous step on its resource)``; an order that
   deadlocks with the operand precedences is an error;
 - buffers: exactly the outputs of kernel steps (``kind: "output"``), the destinations of
-  copies (``kind: "copy"``) and the kept classes (``kind: "kept"``, start 0, end null), with
+  copies (``kind: "copy"``), the kept classes (``kind: "kept"``, start 0, end null) and the
+  weights read on a device other than home (``kind: "weight"``, uploaded once: start 0,
+  end null, no copy step), with
   ``bytes`` of the class, and the lifetimes of the definition (root buffers on home end at
   the makespan);
 - memory: ``0 <= offset``, ``offset + bytes <= capacity``, and byte ranges disjoint for
-  buffers on one device whose lifetimes overlap (kept buffers overlap everything);
+  buffers on one device whose lifetimes overlap (kept and weight buffers overlap
+  everything);
 - the makespan and ``peak_bytes`` equal the recomputed ones.
 """
 
@@ -182,7 +185,8 @@ def _check_plan(p: Problem, plan: dict, errs: list[str]) -> tuple[int | None, in
     for c in needed:
         loc[c] = keep[c] if c in keep else (opt_of[c].device if c in opt_of else p.home)
 
-    # implied steps
+    # implied steps; a weight read on another device is uploaded there, not copied
+    weight = {c for c in needed if c not in keep and p.nodes[choice[c]].source == "weight"}
     reads: set[tuple[int, int]] = {(r, p.home) for r in p.roots}
     for c, o in opt_of.items():
         for k in p.nodes[choice[c]].children:
@@ -191,8 +195,9 @@ def _check_plan(p: Problem, plan: dict, errs: list[str]) -> tuple[int | None, in
     for c, o in opt_of.items():
         if not o.alias:
             want[("kernel", c)] = o.time
+    uploads = {(k, d) for k, d in reads if d != loc[k] and k in weight}
     for k, d in reads:
-        if d != loc[k]:
+        if d != loc[k] and k not in weight:
             t = p.copy_time(k, loc[k], d)
             if t is None:
                 errs.append(f"class {k} is read on device {d} but there is no link {loc[k]} -> {d}")
@@ -246,6 +251,8 @@ def _check_plan(p: Problem, plan: dict, errs: list[str]) -> tuple[int | None, in
     def avail(x: int, d: int):
         """(step key or None, its end) making x available on d."""
         if loc[x] != d:
+            if x in weight:
+                return None, 0
             key = ("copy", x, loc[x], d)
             return key, got[key][1]
         if x in keep or x not in opt_of:
@@ -320,18 +327,20 @@ def _check_plan(p: Problem, plan: dict, errs: list[str]) -> tuple[int | None, in
     want_buf: dict[tuple[int, int], tuple[str, int, int | None]] = {}
     for c, d in keep.items():
         want_buf[(c, d)] = ("kept", 0, None)
+    for c, d in uploads:
+        want_buf[(c, d)] = ("weight", 0, None)
     for key, (s0, e0) in got.items():
         b = (key[1], resource[key][1]) if key[0] == "kernel" else (key[1], key[3])
         want_buf[b] = ("output" if key[0] == "kernel" else "copy", s0, e0)
     for key, (_, e0) in got.items():
         for x, d in operands[key]:
             b = bottom(x, d)
-            if b is not None and want_buf[b][0] != "kept":
+            if b is not None and want_buf[b][0] not in ("kept", "weight"):
                 kind, s1, e1 = want_buf[b]
                 want_buf[b] = (kind, s1, max(e1, e0))
     for r in p.roots:
         b = bottom(r, p.home)
-        if b is not None and want_buf[b][0] != "kept":
+        if b is not None and want_buf[b][0] not in ("kept", "weight"):
             kind, s1, e1 = want_buf[b]
             want_buf[b] = (kind, s1, max(e1, m))
 
@@ -376,7 +385,7 @@ def _check_plan(p: Problem, plan: dict, errs: list[str]) -> tuple[int | None, in
             live = (ea is None or sb < ea) and (eb is None or sa < eb)
             if live and oa < ob + nb and ob < oa + na:
                 errs.append(f"device {a[1]}: buffers of classes {a[0]} and {b[0]} overlap in time and in bytes")
-    peak = sum(kept)
+    peak = sum(kept) + sum(p.bytes[c] for c, _ in uploads)
     for d in range(nd):
         trans = [v for k, v in placed.items() if k[1] == d and v[2] is not None]
         peak += max((sum(n for _, s, e, n in trans if s <= t < e) for _, t, _, _ in trans), default=0)

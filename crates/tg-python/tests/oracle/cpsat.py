@@ -14,7 +14,10 @@ node" and a needed class has exactly one of (a keep, a selected node). Keeping a
 is not needed is forbidden: it only adds kept bytes (no step, no lifetime changes), so the
 plan without that keep is at least as good and the optimum is unchanged. ``loc[c,d]`` and
 ``read[c,d]`` are the location and "read on device" of the definition, and a copy
-``cp[c,a,b]`` exists exactly when ``loc[c,a] ∧ read[c,b]`` (forbidden without a link).
+``cp[c,a,b]`` exists exactly when ``loc[c,a] ∧ read[c,b]`` (forbidden without a link),
+except for a weight (``wsel[c]``: the class's selected node is a weight source): read on
+``b ≠ home`` it is uploaded, ``up[c,b] = wsel[c] ∧ read[c,b]``, available there at 0, a
+persistent buffer (like a kept one, outside the cache budget), and never copied.
 Acyclicity: integer ranks, ``rank[c] > rank[k]`` for every child ``k`` of a selected node
 that is not kept (aliases take no time, so timing alone would not exclude alias cycles).
 
@@ -159,19 +162,39 @@ class _Model:
                         m.AddImplication(lit, v)
                     m.AddBoolOr(lits + [v.Not()])
                 self.read[c, d] = v
+        # weights: selected as a weight source, uploaded to every other device reading them
+        self.wsel, self.up = {}, {}
+        for c in range(nc):
+            wn = [self.sel[n] for n in p.nodes_of[c] if p.nodes[n].source == "weight"]
+            if not wn:
+                continue
+            w = m.NewBoolVar(f"wsel{c}")
+            m.Add(w == sum(wn))
+            self.wsel[c] = w
+            for b in devs:
+                if b == home:
+                    continue
+                u = m.NewBoolVar(f"up{c}_{b}")
+                m.AddImplication(u, w)
+                m.AddImplication(u, self.read[c, b])
+                m.AddBoolOr([w.Not(), self.read[c, b].Not(), u])
+                self.up[c, b] = u
         self.cp = {}
         for c in range(nc):
             for a in devs:
                 for b in devs:
                     if a == b:
                         continue
+                    not_w = [self.wsel[c]] if (c in self.wsel and a == home) else []
                     if (a, b) not in p.links:
-                        m.AddBoolOr([self.loc[c, a].Not(), self.read[c, b].Not()])
+                        m.AddBoolOr([self.loc[c, a].Not(), self.read[c, b].Not()] + not_w)
                         continue
                     v = m.NewBoolVar(f"cp{c}_{a}_{b}")
                     m.AddImplication(v, self.loc[c, a])
                     m.AddImplication(v, self.read[c, b])
-                    m.AddBoolOr([self.loc[c, a].Not(), self.read[c, b].Not(), v])
+                    if not_w:
+                        m.AddImplication(v, self.wsel[c].Not())
+                    m.AddBoolOr([self.loc[c, a].Not(), self.read[c, b].Not(), v] + not_w)
                     self.cp[c, a, b] = v
 
         # ---------------- times
@@ -218,6 +241,8 @@ class _Model:
         for (c, a, b), v in self.cp.items():
             m.Add(av[c, b] == self.ce[c, a, b]).OnlyEnforceIf(v)
             m.Add(self.cs[c, a, b] >= availl[c]).OnlyEnforceIf(v)
+        for (c, b), u in self.up.items():
+            m.Add(av[c, b] == 0).OnlyEnforceIf(u)
 
         # kernel readiness: start >= ready always, start == ready when tight
         tight = [m.NewBoolVar(f"tight{c}") for c in range(nc)]
@@ -321,15 +346,19 @@ class _Model:
                         ys.append(m.NewOptionalFixedSizeIntervalVar(off, nb, pres, f"bytes{c}_{d}"))
                         life.append(iv)
                         demand.append(nb)
+                persistent = []  # (presence, tag): kept buffer, weight upload
                 if p.cacheable[c]:
-                    kv = self.keep[c, d]
+                    persistent.append((self.keep[c, d], "kept"))
+                if (c, d) in self.up:
+                    persistent.append((self.up[c, d], "weight"))
+                for kv, tag in persistent:
                     if nb > cap:
                         m.Add(kv == 0)
                     else:
-                        off = m.NewIntVar(0, cap - nb, f"koff{c}_{d}")
-                        self.off[c, d, "kept"] = off
-                        xs.append(m.NewOptionalFixedSizeIntervalVar(0, h + 1, kv, f"kl{c}_{d}"))
-                        ys.append(m.NewOptionalFixedSizeIntervalVar(off, nb, kv, f"kb{c}_{d}"))
+                        off = m.NewIntVar(0, cap - nb, f"{tag}off{c}_{d}")
+                        self.off[c, d, tag] = off
+                        xs.append(m.NewOptionalFixedSizeIntervalVar(0, h + 1, kv, f"{tag}l{c}_{d}"))
+                        ys.append(m.NewOptionalFixedSizeIntervalVar(off, nb, kv, f"{tag}b{c}_{d}"))
             if xs:
                 m.AddNoOverlap2D(xs, ys)
             pk = m.NewIntVar(0, cap, f"peak{d}")
@@ -339,7 +368,8 @@ class _Model:
             kb = sum(p.bytes[c] * self.keep[c, d] for c in range(nc) if p.cacheable[c])
             m.Add(kb <= p.cache_budget[d])
             kept_bytes.append(kb)
-        self.peak = sum(peaks) + sum(kept_bytes)
+        uploaded = sum(p.bytes[c] * u for (c, _), u in self.up.items())
+        self.peak = sum(peaks) + sum(kept_bytes) + uploaded
 
 
 def _extract(p: Problem, mod: _Model, s: cp_model.CpSolver) -> dict:
@@ -360,9 +390,9 @@ def _extract(p: Problem, mod: _Model, s: cp_model.CpSolver) -> dict:
     m, life, peaks = brute._evaluate(p, st, start)
     offsets = {}
     for b, (kind, _) in st.buffers.items():
-        offsets[b] = s.Value(mod.off[(b[0], b[1], "kept")] if kind == "kept" else mod.off[b])
+        offsets[b] = s.Value(mod.off[(b[0], b[1], kind)] if kind in brute.PERSISTENT else mod.off[b])
     plan = brute._plan(p, st, start, life, offsets)
-    return {"makespan": m, "peak_bytes": sum(st.kept_bytes) + sum(peaks), "plan": plan}
+    return {"makespan": m, "peak_bytes": sum(st.persistent_bytes) + sum(peaks), "plan": plan}
 
 
 def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:

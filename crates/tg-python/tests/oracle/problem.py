@@ -680,4 +680,22 @@ def hand_cases() -> list[tuple[str, dict, tuple[str, int | None, int | None]]]:
     es10 = json.loads(json.dumps(es))
     es10["devices"][0]["capacity"] = 10
     cases.append(("earliest_starts_infeasible", es10, ("infeasible", None, None)))
+    # A weight read on the other device is uploaded once, not copied: c1 = k(weight c0) on
+    # dev0 (20) or dev1 (4), links 1 byte/ns. On dev1: kernel [0,4) (the weight is there at
+    # 0), copy back [4,6): M = 6 (a copy of the weight would add 8). P = dev1: upload 8
+    # (persistent) + output [0,6) 2; home: copy [4,6) 2 -> 12.
+    wu = {
+        "devices": [_dev(100, 0, "cpu"), _dev(100, 0, "gpu")],
+        "links": [{"from": 0, "to": 1, "latency": 0, "bytes_per_us": 1000},
+                  {"from": 1, "to": 0, "latency": 0, "bytes_per_us": 1000}],
+        "classes": [{"bytes": 8, "cacheable": False}, {"bytes": 2, "cacheable": False}],
+        "nodes": [{"class": 0, "source": "weight"},
+                  {"class": 1, "children": [0], "options": [_k(0, 20), _k(1, 4)]}],
+        "roots": [1]}
+    cases.append(("weight_uploaded", wu, ("optimal", 6, 12)))
+    # The upload counts against the capacity: dev1 with 9 bytes cannot hold the weight (8)
+    # and the output (2), so dev0 computes it: M = 20, P = the root's output 2.
+    wu9 = json.loads(json.dumps(wu))
+    wu9["devices"][1]["capacity"] = 9
+    cases.append(("weight_upload_over_capacity", wu9, ("optimal", 20, 2)))
     return cases
