@@ -2,7 +2,7 @@
 //! two-device Gemma problems of `tests/fixtures/planning/`.
 //!
 //! ```text
-//! cargo run --release -p tg-planner --example bench -- [--time SECS] [--repeat N] FILE...
+//! cargo run --release -p tg-planner --example plan_bench -- [--time SECS] [--repeat N] FILE...
 //! ```
 //!
 //! For each file and repeat: the status, the time to the first plan and in all, the
