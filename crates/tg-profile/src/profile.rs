@@ -195,7 +195,13 @@ impl Profile {
     /// device scaled, not of `to`: for asking what the planner would do with such a device.
     pub fn what_if(&self, from: &str, from_threads: usize, to: &str, to_threads: usize, to_fingerprint: &str, speedup: f64, links: &[(String, String, Link)]) -> Profile {
         let mut p = self.clone();
-        p.bind_device(to, to_fingerprint);
+        // Whatever was measured on `to` itself is replaced.
+        p.entries.retain(|(k, _)| k.device != to);
+        p.index = p.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        p.rooflines.retain(|r| r.device != to);
+        p.links.retain(|(k, _)| k.src != to && k.dst != to);
+        p.fits = OnceLock::new();
+        p.devices.insert(to.to_string(), to_fingerprint.to_string());
         let scale = |m: &Measurement| Measurement {
             median_ns: m.median_ns / speedup,
             min_ns: m.min_ns / speedup,
