@@ -335,3 +335,103 @@ impl RunCtx<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ArenaDesc, BufferDesc, CpuDevice, Layout, Step, TensorRef};
+    use tg_ir::{DType, UnaryOp};
+
+    fn arena_buf(arena: usize, offset: usize) -> BufferDesc {
+        BufferDesc { storage: Storage::Arena { arena, offset }, bytes: 16, node: 0, first_step: None, last_step: None, persistent: false }
+    }
+
+    fn state_buf(name: &str, device: usize) -> BufferDesc {
+        BufferDesc { storage: Storage::State { name: name.into(), device }, bytes: 16, node: 0, first_step: None, last_step: None, persistent: true }
+    }
+
+    fn t(buffer: usize) -> TensorRef {
+        TensorRef { buffer, layout: Layout::contiguous(&[4], DType::F32) }
+    }
+
+    fn step(kernel: Kernel, device: usize, inputs: &[usize], output: usize) -> Step {
+        Step { kernel, device, inputs: inputs.iter().map(|&b| t(b)).collect(), output: t(output), node: 0 }
+    }
+
+    /// Two CPU devices: a transfer runs on its source's thread; a read waits for the other
+    /// thread's last writer, a write for the other thread's readers since its last write;
+    /// steps of one thread never wait for each other.
+    #[test]
+    fn waits_cover_reads_after_writes_and_writes_after_reads_across_threads() {
+        let devices: Vec<Arc<dyn Device>> = vec![Arc::new(CpuDevice::new(1).unwrap()), Arc::new(CpuDevice::new(1).unwrap())];
+        let exp = Kernel::Unary(UnaryOp::Exp);
+        let plan = Plan {
+            devices: vec!["cpu".into(), "cpu".into()],
+            arenas: vec![ArenaDesc { device: 0, bytes: 64 }, ArenaDesc { device: 1, bytes: 64 }],
+            buffers: vec![
+                arena_buf(0, 0),   // 0: x on 0
+                state_buf("s", 0), // 1: a state on 0
+                arena_buf(1, 0),   // 2: copy of s on 1
+                arena_buf(1, 16),  // 3: on 1
+            ],
+            steps: vec![
+                step(exp.clone(), 0, &[0], 1),                  // 0: s = exp(x) on 0
+                step(Kernel::Transfer { from: 0 }, 1, &[1], 2), // 1: s -> 1 (source's thread: 0)
+                step(exp.clone(), 1, &[2], 3),                  // 2: on 1, reads the copy
+                step(exp, 0, &[0], 1),                          // 3: s written again on 0
+            ],
+            inputs: vec![],
+            outputs: vec![],
+        };
+        let s = Schedule::new(&plan, &devices).unwrap();
+        assert_eq!(s.runner, vec![0, 0, 1, 0]);
+        assert_eq!(s.threads, vec![0, 1]);
+        assert!(s.concurrent());
+        // Step 2 reads what the transfer (thread 0) wrote; step 1 shares thread 0 with step 0.
+        assert_eq!(s.waits, vec![vec![], vec![], vec![1], vec![]]);
+        assert_eq!(s.signals, vec![false, true, false, false]);
+        assert_eq!(s.sync_before_signal, vec![false; 4]);
+
+        // Every step on device 0: one thread, no waits.
+        let mut p2 = plan.clone();
+        p2.steps[1].device = 0;
+        p2.steps[1].kernel = Kernel::Transfer { from: 0 };
+        p2.steps[2].device = 0;
+        p2.buffers[2] = arena_buf(0, 32);
+        p2.buffers[3] = arena_buf(0, 48);
+        let s2 = Schedule::new(&p2, &devices).unwrap();
+        assert!(!s2.concurrent(), "every step on device 0");
+        assert!(s2.waits.iter().all(|w| w.is_empty()));
+
+        let mut p3 = plan.clone();
+        // 3: back to device 0 into x (on thread 1, the source's), before step 4 rewrites s.
+        p3.steps.insert(3, step(Kernel::Transfer { from: 1 }, 0, &[3], 0));
+        let s3 = Schedule::new(&p3, &devices).unwrap();
+        assert_eq!(s3.runner, vec![0, 0, 1, 1, 0]);
+        // Step 3 (thread 1) overwrites x, which step 0 (thread 0) read: it waits for it.
+        // Step 4 (thread 0) reads x, written by step 3 on thread 1.
+        assert_eq!(s3.waits[3], vec![0]);
+        assert_eq!(s3.waits[4], vec![3]);
+    }
+
+    /// Refusals: an operand on another device, and a transfer of mismatched sizes.
+    #[test]
+    fn plans_that_would_race_are_refused() {
+        let devices: Vec<Arc<dyn Device>> = vec![Arc::new(CpuDevice::new(1).unwrap()), Arc::new(CpuDevice::new(1).unwrap())];
+        let mut plan = Plan {
+            devices: vec!["cpu".into(), "cpu".into()],
+            arenas: vec![ArenaDesc { device: 0, bytes: 64 }, ArenaDesc { device: 1, bytes: 64 }],
+            buffers: vec![arena_buf(0, 0), arena_buf(1, 0)],
+            steps: vec![step(Kernel::Unary(tg_ir::UnaryOp::Exp), 1, &[0], 1)],
+            inputs: vec![],
+            outputs: vec![],
+        };
+        let e = Schedule::new(&plan, &devices).err().expect("refused").to_string();
+        assert!(e.contains("operand 0 (buffer 0) is on cpu"), "{e}");
+        plan.steps[0].kernel = Kernel::Transfer { from: 0 };
+        assert!(Schedule::new(&plan, &devices).is_ok());
+        plan.buffers[1].bytes = 32;
+        let e = Schedule::new(&plan, &devices).err().expect("refused").to_string();
+        assert!(e.contains("16 bytes into one of 32"), "{e}");
+    }
+}
