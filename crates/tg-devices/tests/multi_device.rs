@@ -597,3 +597,70 @@ fn plans_that_would_race_are_refused() {
     let err = Executable::new(plan, vec![cpu, cl], no_weights()).err().expect("refused").to_string();
     assert!(err.contains("shares arena bytes"), "{err}");
 }
+
+/// Two CPU devices (two pools) run the branch plan on two threads, transfers on their
+/// sources' threads: the concurrent path without any OpenCL.
+#[test]
+fn two_cpu_devices_run_the_branches_concurrently() {
+    let cpu = |_| -> Arc<dyn Device> { Arc::new(tg_runtime::CpuDevice::new(1).unwrap()) };
+    let (m, k, n) = (33, 65, 17);
+    let weights = branch_weights(k, n);
+    let inputs: HashMap<String, HostTensor> = [("x".to_string(), f32_tensor(&[m, k], 4))].into();
+    let want = tg_ir::interp::eval(&branch_graph(m, k, n), &inputs, &*weights).unwrap();
+    let mut exe = Executable::new(branch_plan(&["cpu", "cpu"], 1, m, k, n), vec![cpu(0), cpu(1)], weights).unwrap();
+    assert_eq!(exe.threads(), 2);
+    exe.set_poison(true);
+    exe.set_profiling(true);
+    for run in 0..20 {
+        let got = exe.run(&inputs).unwrap();
+        for name in ["y", "z", "d"] {
+            let e = max_err(&got[name], &want[name]);
+            assert!(e < 1e-5, "run {run}: output {name} differs from the reference by {e}");
+        }
+    }
+    let spans = exe.timeline().unwrap();
+    // Transfers between two CPUs run on their source's thread.
+    for s in spans {
+        if let Some(from) = s.from {
+            assert_eq!(s.thread, from, "step {}", s.step);
+        }
+    }
+}
+
+/// Two OpenCL devices (two contexts on the device) and the CPU: a transfer between the two
+/// OpenCL devices runs on its source's thread; three threads, one result.
+#[test]
+fn a_transfer_between_two_opencl_devices_runs_on_the_source_thread() {
+    let Some((cpu, a)) = open_pair() else { return };
+    let Some(b) = common::open_or_skip("opencl") else { return };
+    let n = 1000;
+    let mut p = PlanBuilder::new(&["cpu", a.name(), b.name()]);
+    let x = p.input("x", 0, &[n], DType::F32);
+    let xa = p.transfer(&x, 0, 1);
+    let e = p.step(Kernel::Unary(tg_ir::UnaryOp::Exp), 1, &[&xa], &[n], DType::F32);
+    let eb = p.transfer(&e, 1, 2);
+    let f = p.binary(BinaryOp::Mul, 2, &eb, &eb);
+    let fc = p.transfer(&f, 2, 0);
+    let y = p.binary(BinaryOp::Add, 0, &fc, &x);
+    p.output("y", &y);
+    let plan = p.finish();
+    let mut g = GraphBuilder::new();
+    let gx = g.input("x", &[n], DType::F32).unwrap();
+    let ge = g.unary(tg_ir::UnaryOp::Exp, gx).unwrap();
+    let gf = g.binary(BinaryOp::Mul, ge, ge).unwrap();
+    let gy = g.binary(BinaryOp::Add, gf, gx).unwrap();
+    g.output("y", gy).unwrap();
+    let inputs: HashMap<String, HostTensor> = [("x".to_string(), f32_tensor(&[n], 9))].into();
+    let want = tg_ir::interp::eval(&g.finish().unwrap(), &inputs, &*no_weights()).unwrap();
+    let mut exe = Executable::new(plan, vec![cpu, a, b], no_weights()).unwrap();
+    assert_eq!(exe.threads(), 3);
+    exe.set_poison(true);
+    exe.set_profiling(true);
+    for run in 0..10 {
+        let got = exe.run(&inputs).unwrap();
+        let e = max_err(&got["y"], &want["y"]);
+        assert!(e < 1e-5, "run {run}: differs from the reference by {e}");
+    }
+    let threads: Vec<usize> = exe.timeline().unwrap().iter().map(|s| s.thread).collect();
+    assert_eq!(threads, vec![1, 1, 1, 2, 2, 0], "x->a on a, exp on a, a->b on a (the source), mul on b, b->cpu on b, add on cpu");
+}
