@@ -210,7 +210,8 @@ impl Executable {
     /// Every step of the last profiled run on the host's clock, in step order: its device
     /// (for a transfer, both), the thread that ran it, its start and end in ns since the
     /// run's first step could start. Spans of different threads overlap where their devices
-    /// worked at the same time. `None` unless profiling is on; empty before the first run.
+    /// worked at the same time. `None` unless profiling is on; empty before the first run,
+    /// and after a failed run empty (several threads) or up to the failed step (one thread).
     pub fn timeline(&self) -> Option<&[Span]> {
         self.timeline.as_deref()
     }

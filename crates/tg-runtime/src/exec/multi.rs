@@ -87,7 +87,8 @@ impl Schedule {
             let on = |buf: usize, want: usize, role: &str| -> Result<(), RuntimeError> {
                 let d = buffer_device(plan, buf)?;
                 if d != want {
-                    return Err(bad(format!("{role} (buffer {buf}) is on {}, not {}", plan.devices[d], plan.devices[want])));
+                    let name = |i: usize| plan.devices.get(i).cloned().unwrap_or_else(|| format!("missing device {i}"));
+                    return Err(bad(format!("{role} (buffer {buf}) is on {}, not {}", name(d), name(want))));
                 }
                 Ok(())
             };
