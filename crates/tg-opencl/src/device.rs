@@ -38,6 +38,10 @@ impl ClBuf {
     }
 }
 
+/// Weights uploaded so far, by (store address, name); the store is kept so its address cannot
+/// be reused by another store while the entry exists.
+type WeightCache = HashMap<(usize, String), (Arc<dyn WeightStore + Send + Sync>, Arc<DeviceBuffer>)>;
+
 /// An OpenCL device with its context, queue and built kernels.
 pub struct OpenClDevice {
     id: u64,
@@ -46,9 +50,8 @@ pub struct OpenClDevice {
     context: Context,
     queue: CommandQueue,
     kernels: ClKernels,
-    /// Weights uploaded so far, by (store address, name); the store is kept so its address
-    /// cannot be reused by another store while the entry exists.
-    weights: Mutex<HashMap<(usize, String), (Arc<dyn WeightStore + Send + Sync>, Arc<DeviceBuffer>)>>,
+    /// Weights uploaded so far (see [`WeightCache`]).
+    weights: Mutex<WeightCache>,
 }
 
 /// One OpenCL device found on the machine.

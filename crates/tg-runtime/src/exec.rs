@@ -1,6 +1,11 @@
-use crate::{Arg, Device, DeviceBuffer, Layout, Plan, RuntimeError, Storage};
+mod multi;
+
+use crate::{Arg, Device, DeviceBuffer, Kernel, Layout, Plan, RuntimeError, Step, Storage};
+pub use multi::Span;
+use multi::{buffer_device, Schedule};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use tg_ir::{DType, HostData, HostTensor, WeightStore};
 
 /// A kept state: its buffer and the device that holds it.
@@ -105,6 +110,12 @@ impl StateSet {
 /// A plan bound to devices and weights, with its arenas allocated on their devices and its
 /// weights bound (uploaded once where the device copies them): call [`Executable::run`] as
 /// often as you like.
+///
+/// A plan whose steps run on one device runs on the calling thread. A plan whose steps use
+/// several devices runs each device's steps on its own host thread, concurrently; a
+/// [`Kernel::Transfer`] runs on the thread of its non-CPU side, and a step waits only for
+/// the steps of other threads whose results it reads (or whose operands it overwrites).
+/// See `docs/architecture.md`, *Plans across devices*.
 pub struct Executable {
     plan: Plan,
     devices: Vec<Arc<dyn Device>>,
@@ -113,8 +124,12 @@ pub struct Executable {
     /// The bound weights, by buffer index (each keeps its storage alive: the CPU's holds the
     /// store it reads in place).
     weight_bufs: HashMap<usize, Arc<DeviceBuffer>>,
+    /// Which thread runs each step and which steps of other threads it waits for.
+    schedule: Schedule,
     /// Per step time (ns) of the last profiled run, when profiling is on.
     profile: Option<Vec<u64>>,
+    /// Every step's span of the last profiled run, when profiling is on.
+    timeline: Option<Vec<Span>>,
     /// Fill arenas with NaN bytes before every run (tests: unwritten elements show up).
     poison: bool,
     /// States of runs through [`Executable::run`] (not [`Executable::run_with_states`]).
@@ -152,12 +167,13 @@ impl Executable {
                 }
             }
         }
+        let schedule = Schedule::new(&plan, &devices)?;
         let mut arenas = Vec::new();
         for (i, a) in plan.arenas.iter().enumerate() {
             let dev = device(a.device)?;
             arenas.push(dev.alloc(a.bytes).map_err(|e| RuntimeError::Alloc { arena: i, device: dev.name().to_string(), bytes: a.bytes, detail: e.to_string() })?);
         }
-        Ok(Executable { plan, devices, arenas, weight_bufs, profile: None, poison: false, states: StateSet::new() })
+        Ok(Executable { plan, devices, arenas, weight_bufs, schedule, profile: None, timeline: None, poison: false, states: StateSet::new() })
     }
 
     /// The plan being executed.
@@ -170,10 +186,13 @@ impl Executable {
         &self.devices
     }
 
-    /// Turns per-step timing on or off (see [`Executable::step_times`]). A profiled run
-    /// waits for each step to finish on its device before timing the next.
+    /// Turns per-step timing on or off (see [`Executable::step_times`] and
+    /// [`Executable::timeline`]). A profiled run waits for each step to finish on its device
+    /// before timing the next step of that device (the threads of other devices still run
+    /// concurrently).
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(|| vec![0; self.plan.steps.len()]);
+        self.timeline = on.then(Vec::new);
     }
 
     /// Fills every arena with NaN bytes (0xFF) before each run, so a kernel that leaves
@@ -182,9 +201,25 @@ impl Executable {
         self.poison = on;
     }
 
-    /// Nanoseconds each step took in the last run, if profiling is on.
+    /// Nanoseconds each step took in the last run, if profiling is on (each step's
+    /// `end_ns - start_ns` in [`Executable::timeline`]).
     pub fn step_times(&self) -> Option<&[u64]> {
         self.profile.as_deref()
+    }
+
+    /// Every step of the last profiled run on the host's clock, in step order: its device
+    /// (for a transfer, both), the thread that ran it, its start and end in ns since the
+    /// run's first step could start. Spans of different threads overlap where their devices
+    /// worked at the same time. `None` unless profiling is on; empty before the first run,
+    /// and after a failed run empty (several threads) or up to the failed step (one thread).
+    pub fn timeline(&self) -> Option<&[Span]> {
+        self.timeline.as_deref()
+    }
+
+    /// How many host threads a run uses: one per device that runs a step (1 for a plan on
+    /// one device, which runs on the calling thread).
+    pub fn threads(&self) -> usize {
+        self.schedule.threads.len().max(1)
     }
 
     /// Runs the plan on `inputs` (by name) and returns the outputs (by name). States, if the
@@ -250,8 +285,13 @@ impl Executable {
         }
         let mut times = self.profile.take();
         let ctx = RunCtx { plan: &self.plan, devices: &self.devices, arenas: &self.arenas, weights: &self.weight_bufs, states: &state_refs };
-        let result = ctx.run(inputs, &mut times);
+        let mut spans = self.timeline.take().map(|mut v| {
+            v.clear();
+            v
+        });
+        let result = ctx.run(inputs, &self.schedule, &mut times, &mut spans);
         self.profile = times;
+        self.timeline = spans;
         result
     }
 
@@ -281,8 +321,16 @@ impl RunCtx<'_> {
         }
     }
 
-    /// Copies inputs in, runs every step in the first device's scope, reads outputs.
-    fn run(&self, inputs: &HashMap<String, HostTensor>, times: &mut Option<Vec<u64>>) -> Result<HashMap<String, HostTensor>, RuntimeError> {
+    /// Copies inputs in, runs every step (on the calling thread in the first device's scope,
+    /// or concurrently on one thread per device), reads outputs. With profiling, fills `times`
+    /// and `spans`.
+    fn run(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        sched: &Schedule,
+        times: &mut Option<Vec<u64>>,
+        spans: &mut Option<Vec<Span>>,
+    ) -> Result<HashMap<String, HostTensor>, RuntimeError> {
         for (name, tref) in &self.plan.inputs {
             let t = inputs.get(name).ok_or_else(|| RuntimeError::Input { name: name.clone(), detail: "not supplied".into() })?;
             // SAFETY: plain-old-data element vectors viewed as bytes.
@@ -299,16 +347,29 @@ impl RunCtx<'_> {
             let dev = self.device_of_buffer(tref.buffer)?;
             dev.write(buf, base + at, src).map_err(|e| RuntimeError::Device { device: dev.name().into(), detail: e.to_string() })?;
         }
-        let mut failure: Option<RuntimeError> = None;
-        let mut body = || {
-            if let Err(e) = self.run_steps(times.as_deref_mut()) {
-                failure = Some(e);
+        let failure = if sched.concurrent() {
+            match self.run_concurrent(sched, times.as_deref_mut()) {
+                Ok(s) => {
+                    if let (Some(out), Some(s)) = (spans.as_mut(), s) {
+                        *out = s;
+                    }
+                    None
+                }
+                Err(e) => Some(e),
             }
+        } else {
+            let mut failure = None;
+            let mut body = || {
+                if let Err(e) = self.run_steps(sched, times.as_deref_mut(), spans.as_mut()) {
+                    failure = Some(e);
+                }
+            };
+            match self.devices.first() {
+                Some(d) => d.scope(&mut body),
+                None => body(),
+            }
+            failure
         };
-        match self.devices.first() {
-            Some(d) => d.scope(&mut body),
-            None => body(),
-        }
         if let Some(e) = failure {
             // Let queued work drain before the caller reuses the buffers.
             for d in self.devices {
@@ -333,35 +394,78 @@ impl RunCtx<'_> {
 
     /// The device whose memory holds plan buffer `buf`.
     fn device_of_buffer(&self, buf: usize) -> Result<&Arc<dyn Device>, RuntimeError> {
-        let d = match &self.plan.buffers[buf].storage {
-            Storage::Arena { arena, .. } => self.plan.arenas[*arena].device,
-            Storage::Weight { device, .. } | Storage::State { device, .. } => *device,
-        };
+        let d = buffer_device(self.plan, buf)?;
         self.devices.get(d).ok_or_else(|| RuntimeError::Plan(format!("device {d} missing")))
     }
 
-    fn run_steps(&self, mut times: Option<&mut [u64]>) -> Result<(), RuntimeError> {
+    /// Every step on the calling thread, in plan order (a plan on one device).
+    fn run_steps(&self, sched: &Schedule, mut times: Option<&mut [u64]>, mut spans: Option<&mut Vec<Span>>) -> Result<(), RuntimeError> {
+        let mut staging = Vec::new();
+        let start = times.as_ref().map(|_| Instant::now());
         for (si, step) in self.plan.steps.iter().enumerate() {
-            let t0 = times.as_ref().map(|_| std::time::Instant::now());
-            let dev = self.devices.get(step.device).ok_or_else(|| RuntimeError::Plan(format!("step {si}: device {} missing", step.device)))?;
-            let fail = |detail: String| RuntimeError::Kernel { step: si, kernel: step.kernel.name(), device: dev.name().to_string(), detail };
-            let mut ins: Vec<Arg> = Vec::with_capacity(step.inputs.len());
-            for tr in &step.inputs {
-                let (buffer, offset, _) = self.locate(tr.buffer)?;
-                ins.push(Arg { buffer, offset, bytes: self.plan.buffers[tr.buffer].bytes, layout: &tr.layout });
-            }
-            let (buffer, offset, writable) = self.locate(step.output.buffer)?;
-            if !writable {
-                return Err(RuntimeError::Plan(format!("step {si} writes a weight")));
-            }
-            let out = Arg { buffer, offset, bytes: self.plan.buffers[step.output.buffer].bytes, layout: &step.output.layout };
-            dev.launch(0, &step.kernel, &ins, out).map_err(fail)?;
-            if let (Some(t), Some(t0)) = (times.as_deref_mut(), t0) {
-                dev.synchronize().map_err(|e| fail(e.to_string()))?;
-                t[si] = t0.elapsed().as_nanos() as u64;
+            let t0 = start.map(|_| Instant::now());
+            self.exec_step(si, &mut staging)?;
+            if let (Some(t), Some(t0), Some(start)) = (times.as_deref_mut(), t0, start) {
+                let dev = &self.devices[step.device];
+                dev.synchronize().map_err(|e| RuntimeError::Kernel { step: si, kernel: step.kernel.name(), device: dev.name().to_string(), detail: e.to_string() })?;
+                let end = Instant::now();
+                t[si] = end.duration_since(t0).as_nanos() as u64;
+                if let Some(v) = spans.as_deref_mut() {
+                    let from = match step.kernel {
+                        Kernel::Transfer { from } => Some(from),
+                        _ => None,
+                    };
+                    let ns = |t: Instant| t.duration_since(start).as_nanos() as u64;
+                    v.push(Span { step: si, device: step.device, from, thread: sched.runner[si], start_ns: ns(t0), end_ns: ns(end) });
+                }
             }
         }
         Ok(())
+    }
+
+    /// Runs step `si`: launches its kernel on its device (queued, in the device's order), or
+    /// runs its transfer (done when this returns). `staging` is the host buffer transfers
+    /// reuse.
+    fn exec_step(&self, si: usize, staging: &mut Vec<u8>) -> Result<(), RuntimeError> {
+        let step = &self.plan.steps[si];
+        let dev = self.devices.get(step.device).ok_or_else(|| RuntimeError::Plan(format!("step {si}: device {} missing", step.device)))?;
+        if let Kernel::Transfer { from } = step.kernel {
+            return self.transfer(si, step, from, staging);
+        }
+        let fail = |detail: String| RuntimeError::Kernel { step: si, kernel: step.kernel.name(), device: dev.name().to_string(), detail };
+        let mut ins: Vec<Arg> = Vec::with_capacity(step.inputs.len());
+        for tr in &step.inputs {
+            let (buffer, offset, _) = self.locate(tr.buffer)?;
+            ins.push(Arg { buffer, offset, bytes: self.plan.buffers[tr.buffer].bytes, layout: &tr.layout });
+        }
+        let (buffer, offset, writable) = self.locate(step.output.buffer)?;
+        if !writable {
+            return Err(RuntimeError::Plan(format!("step {si} writes a weight")));
+        }
+        let out = Arg { buffer, offset, bytes: self.plan.buffers[step.output.buffer].bytes, layout: &step.output.layout };
+        dev.launch(0, &step.kernel, &ins, out).map_err(fail)
+    }
+
+    /// A [`Kernel::Transfer`]: the whole source buffer read from device `from` into
+    /// `staging` (a blocking read, after everything queued before it there), then written to
+    /// the output's buffer on the step's device (a blocking write). Both are done when this
+    /// returns, so the step may be signalled complete to other threads at once.
+    fn transfer(&self, si: usize, step: &Step, from: usize, staging: &mut Vec<u8>) -> Result<(), RuntimeError> {
+        let (src_dev, dst_dev) = (&self.devices[from], &self.devices[step.device]);
+        let fail = |detail: String| RuntimeError::Kernel { step: si, kernel: step.kernel.name(), device: format!("{} -> {}", src_dev.name(), dst_dev.name()), detail };
+        let src = step.inputs.first().ok_or_else(|| fail("no source operand".into()))?;
+        let (sbuf, soff, _) = self.locate(src.buffer)?;
+        let (dbuf, doff, writable) = self.locate(step.output.buffer)?;
+        let n = self.plan.buffers[src.buffer].bytes;
+        if !writable || self.plan.buffers[step.output.buffer].bytes != n {
+            return Err(fail(format!("the destination cannot take the source's {n} bytes")));
+        }
+        if from == step.device {
+            return src_dev.copy(sbuf, soff, dbuf, doff, n).map_err(|e| fail(format!("copy {n} bytes on {}: {e}", src_dev.name())));
+        }
+        staging.resize(n, 0);
+        src_dev.read(sbuf, soff, &mut staging[..n]).map_err(|e| fail(format!("read {n} bytes on {}: {e}", src_dev.name())))?;
+        dst_dev.write(dbuf, doff, &staging[..n]).map_err(|e| fail(format!("write {n} bytes on {}: {e}", dst_dev.name())))
     }
 }
 
