@@ -6,7 +6,6 @@ mod kernels;
 
 use crate::device::new_device_id;
 use crate::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Kernel, KernelEntry, KernelRegistry, FAMILIES};
-use std::cell::UnsafeCell;
 use std::sync::{Arc, OnceLock};
 use tg_ir::WeightStore;
 
@@ -17,7 +16,14 @@ struct Line([u8; 64]);
 
 /// What a CPU buffer is: host memory of ours, or a weight read in place.
 enum CpuMem {
-    Owned(UnsafeCell<Vec<Line>>),
+    /// Cache lines of ours; `ptr` and `len` are taken once at allocation (the vector's heap
+    /// block never moves), so threads reading and writing disjoint bytes of one arena (a
+    /// transfer beside the CPU's kernels) never form references to the contents.
+    Owned {
+        ptr: *mut u8,
+        len: usize,
+        _lines: Vec<Line>,
+    },
     Weight {
         ptr: *const u8,
         len: usize,
@@ -35,11 +41,7 @@ unsafe impl Sync for CpuMem {}
 impl CpuMem {
     fn ptr(&self) -> (*mut u8, usize, bool) {
         match self {
-            CpuMem::Owned(v) => {
-                // SAFETY: taking the pointer does not create a reference to the contents.
-                let v = unsafe { &mut *v.get() };
-                (v.as_mut_ptr() as *mut u8, v.len() * 64, true)
-            }
+            CpuMem::Owned { ptr, len, .. } => (*ptr, *len, true),
             CpuMem::Weight { ptr, len, .. } => (*ptr as *mut u8, *len, false),
         }
     }
@@ -151,7 +153,8 @@ impl Device for CpuDevice {
         let mut lines = Vec::new();
         lines.try_reserve_exact(n).map_err(|_| oom())?;
         lines.resize(n, Line([0; 64]));
-        Ok(DeviceBuffer::new(self.id, bytes, Box::new(CpuMem::Owned(UnsafeCell::new(lines)))))
+        let (ptr, len) = (lines.as_mut_ptr() as *mut u8, lines.len() * 64);
+        Ok(DeviceBuffer::new(self.id, bytes, Box::new(CpuMem::Owned { ptr, len, _lines: lines })))
     }
 
     fn bind_weight(&self, store: &Arc<dyn WeightStore + Send + Sync>, name: &str) -> Result<Arc<DeviceBuffer>, DeviceError> {
