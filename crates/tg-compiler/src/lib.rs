@@ -231,7 +231,8 @@ pub struct PlacementReport {
 /// A plan's run time as the profile predicts it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PlanPrediction {
-    /// Sum over the steps (ns).
+    /// Sum over the steps (ns); with several devices, the work of all of them (the plan's
+    /// run time is the timeline's makespan, [`CompileReport::timeline`]).
     pub total_ns: f64,
     /// Part resting on fallbacks (fitted or roofline estimates, not measurements).
     pub fallback_ns: f64,
@@ -488,13 +489,33 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         report.timeline = Some(t);
     }
     if let CostSource::Profile(p) = &opts.cost {
-        let e = p.estimate_plan(&plan, target.threads());
-        report.prediction = Some(PlanPrediction {
-            total_ns: e.total_ns,
-            fallback_ns: e.fallback_ns,
-            fallback_steps: e.fallback_steps,
-            steps: e.steps.iter().map(|s| (s.ns, !s.source.is_fallback())).collect(),
-        });
+        // Each kernel with its own device's workers; a transfer by its link (measured, or the
+        // assumed link: a fallback).
+        let mut pred = PlanPrediction { total_ns: 0.0, fallback_ns: 0.0, fallback_steps: 0, steps: Vec::with_capacity(plan.steps.len()) };
+        for s in &plan.steps {
+            let (ns, measured) = match s.kernel {
+                tg_runtime::Kernel::Transfer { from } => {
+                    let bytes = plan.buffers.get(s.output.buffer).map_or(0, |b| b.bytes);
+                    let (a, b) = (&plan.devices[from], &plan.devices[s.device]);
+                    match p.predict_copy(a, b, bytes) {
+                        Some(ns) => (ns, true),
+                        None => (place::DEFAULT_LINK.0 as f64 + bytes as f64 * 1000.0 / place::DEFAULT_LINK.1 as f64, false),
+                    }
+                }
+                _ => {
+                    let threads = devices.get(s.device).map_or(1, |d| d.threads());
+                    let pr = p.predict(&tg_profile::ProfileKey::from_step(&plan, s, threads));
+                    (pr.ns, !pr.source.is_fallback())
+                }
+            };
+            pred.total_ns += ns;
+            if !measured {
+                pred.fallback_ns += ns;
+                pred.fallback_steps += 1;
+            }
+            pred.steps.push((ns, measured));
+        }
+        report.prediction = Some(pred);
     }
     Ok(Compiled { plan, report })
 }
