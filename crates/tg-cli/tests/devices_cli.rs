@@ -53,3 +53,16 @@ fn an_absent_opencl_index_names_the_present_devices() {
     assert_eq!(rc, 1);
     assert!(err.contains("opencl:97") && (err.contains("no such OpenCL device") || err.contains("no OpenCL platform")), "{err}");
 }
+
+#[test]
+fn a_device_list_with_an_absent_device_lists_the_present_ones() {
+    let (rc, _, err) = tg(&["plan", "--device", "cpu,tpu"], &[]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("tpu") && err.contains("cpu"), "{err}");
+    let (rc, _, err) = tg(&["plan", "--device", "cpu,cpu"], &[]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("twice"), "{err}");
+    let (rc, _, err) = tg(&["plan", "--place", "attention"], &[]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("OP_PATTERN=DEVICE"), "{err}");
+}
