@@ -97,11 +97,15 @@ pub struct PlaceOptions {
     pub pins: Vec<PlacePin>,
     /// Wall-clock budget of the planner's search over devices.
     pub budget: std::time::Duration,
+    /// Kept states (`Op::State`, by name) that must live on a given device (by name): the
+    /// plans of one session share their states, so the first plan's choice binds the rest.
+    /// A state not listed is placed by the planner with its update.
+    pub states: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for PlaceOptions {
     fn default() -> Self {
-        PlaceOptions { pins: Vec::new(), budget: std::time::Duration::from_millis(1000) }
+        PlaceOptions { pins: Vec::new(), budget: std::time::Duration::from_millis(1000), states: Default::default() }
     }
 }
 
@@ -226,6 +230,8 @@ pub struct PlacementReport {
     pub lower_bound_ns: u64,
     /// What the planner was told about each device and link (measured or not).
     pub notes: Vec<String>,
+    /// Kept states per device (plan order): how many and their bytes.
+    pub states: Vec<(usize, usize)>,
 }
 
 /// A plan's run time as the profile predicts it.
@@ -264,6 +270,10 @@ impl std::fmt::Display for CompileReport {
             let per: Vec<String> = p.devices.iter().map(|(n, k, t)| format!("{n}: {k} kernels, {t} transfers in")).collect();
             let gap = if p.lower_bound_ns > 0 { (p.makespan_ns as f64 - p.lower_bound_ns as f64) / p.lower_bound_ns as f64 * 100.0 } else { 0.0 };
             writeln!(f, "  placement: {}; simulated makespan {:.3} ms, bound {:.3} ms, gap {gap:.1}%", per.join("; "), p.makespan_ns as f64 / 1e6, p.lower_bound_ns as f64 / 1e6)?;
+            if p.states.iter().any(|s| s.0 > 0) {
+                let per: Vec<String> = p.devices.iter().zip(&p.states).map(|((n, _, _), (k, b))| format!("{n} {k} ({} KiB)", b / 1024)).collect();
+                writeln!(f, "  kept states: {}", per.join(", "))?;
+            }
             for n in &p.notes {
                 writeln!(f, "    {n}")?;
             }
@@ -451,6 +461,17 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
 
     let t = Timer::start();
     let (plan, pack) = memory::assign(prog, devices, opts.alignment, opts.on("memory"));
+    if let Some(p) = report.placement.as_mut() {
+        p.states = vec![(0, 0); devices.len()];
+        for b in &plan.buffers {
+            if let tg_runtime::Storage::State { device, .. } = b.storage {
+                if let Some(e) = p.states.get_mut(device) {
+                    e.0 += 1;
+                    e.1 += b.bytes;
+                }
+            }
+        }
+    }
     let arena: usize = plan.arenas.iter().map(|a| a.bytes).sum();
     let total: usize = plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::Arena { .. })).map(|b| b.bytes).sum();
     report.stages.push(if opts.on("memory") {

@@ -109,9 +109,13 @@ pub(crate) fn rewrite_placed(
     for p in &opts.placement.pins {
         pins.push(Pin { pattern: p.pattern.clone(), device: resolve_device(devices, &p.device)? });
     }
+    let mut state_devices = std::collections::BTreeMap::new();
+    for (name, dev) in &opts.placement.states {
+        state_devices.insert(name.clone(), resolve_device(devices, dev)?);
+    }
     let targets: Vec<PlaceTarget> = devices.iter().zip(&costs).zip(&offered).map(|((d, &cost), &offered)| PlaceTarget { device: d.clone(), cost, offered }).collect();
     let limits = tg_planner::Limits { time: opts.placement.budget, ..Default::default() };
-    let ex = PlacingExtractor { targets, links, pins, state_device: 0, quantize_activations: q8, limits, placement: Default::default() };
+    let ex = PlacingExtractor { targets, links, pins, state_devices, quantize_activations: q8, limits, placement: Default::default() };
     let (g, r, classes) = crate::rewrite::run_with(graph, ropts, &ex)?;
     let placement = ex.placement.into_inner().ok_or_else(|| CompileError::Invalid("the planner returned no placement".into()))?;
     if let (Some(out), Some(recs)) = (record, &recordings) {
@@ -120,7 +124,7 @@ pub(crate) fn rewrite_placed(
         }
     }
     let lower_bound_ns = r.extraction_proof.map_or(0, |p| p.lower_bound as u64);
-    let rep = PlacementReport { devices: devices.iter().map(|d| (d.name().to_string(), 0, 0)).collect(), makespan_ns: placement.makespan, lower_bound_ns, notes };
+    let rep = PlacementReport { devices: devices.iter().map(|d| (d.name().to_string(), 0, 0)).collect(), makespan_ns: placement.makespan, lower_bound_ns, notes, states: Vec::new() };
     Ok((g, r, classes, Some((placement, rep))))
 }
 
@@ -139,6 +143,14 @@ pub(crate) fn node_placement(g: &Graph, classes: &[Id], pl: &Placement) -> NodeP
     for (c, _, to, p) in &pl.copies {
         if let Some(&n) = node_of.get(c) {
             np.copies.insert((n, *to), p.start);
+        }
+    }
+    // A state lives where its in-place update runs (the planner placed the update).
+    for (i, n) in g.nodes.iter().enumerate() {
+        if matches!(n.op, tg_ir::Op::StoreRows { .. }) {
+            if let Some(&s) = n.inputs.first() {
+                np.device[s] = np.device[i];
+            }
         }
     }
     np

@@ -159,7 +159,7 @@ fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOption
         "rewrite": [format!("{:?}", r.disabled), r.iter_limit.to_string(), r.node_limit.to_string(), r.time_limit.as_millis().to_string(), r.match_limit.to_string(), r.ban_length.to_string()],
         "cost": cost_key(&opts.cost),
         "devices": devices.iter().map(|d| format!("{}/{}/{}", d.name(), d.threads(), d.fingerprint())).collect::<Vec<_>>(),
-        "placement": [format!("{:?}", opts.placement.pins), opts.placement.budget.as_millis().to_string()],
+        "placement": [format!("{:?}", opts.placement.pins), opts.placement.budget.as_millis().to_string(), format!("{:?}", opts.placement.states)],
     });
     let g = serde_json::to_string(graph).unwrap_or_default();
     format!("{meta}\n{g}")

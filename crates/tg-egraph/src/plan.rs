@@ -180,8 +180,9 @@ pub struct PlacingExtractor<'a> {
     pub links: Vec<tg_planner::Link>,
     /// Ops pinned to a device.
     pub pins: Vec<Pin>,
-    /// Index of the target holding kept states (`Op::State`) and their updates.
-    pub state_device: usize,
+    /// Kept states (`Op::State`, by name) that must live on a given target (its index);
+    /// others are placed with their update.
+    pub state_devices: std::collections::BTreeMap<String, usize>,
     /// Quantized matmuls round activations (the kernel each device would run).
     pub quantize_activations: bool,
     /// Search budgets.
@@ -206,18 +207,30 @@ fn runs_on(egraph: &TEGraph, n: &crate::ENode, out: &crate::ClassData, device: &
     }
 }
 
+/// The name of the state an `Op::StoreRows` e-node updates (its first child's `Op::State`).
+fn updated_state(egraph: &TEGraph, n: &crate::ENode) -> Option<String> {
+    let c = *n.children.first()?;
+    egraph[c].nodes.iter().find_map(|m| match &m.op {
+        Op::State { name } => Some(name.clone()),
+        _ => None,
+    })
+}
+
 /// The planning problem of an e-graph over several devices, and the e-node of every problem
-/// node. Inputs and weights are sources. Kept states (`Op::State`) and their in-place updates
-/// (`Op::StoreRows`) run only on `state_device` (an update writes the state's own buffer, so
-/// the two cannot be apart). An e-node with no device that runs it is left out; a pinned op
-/// gets only its pinned device's option (an error when that device cannot run it).
+/// node. Inputs and weights are sources. A kept state's in-place update (`Op::StoreRows`)
+/// stands for the state too: its node does not read the state's class (the update writes the
+/// state's own buffer, so the two cannot be apart), and the state lives wherever the planner
+/// puts the update — on the device `state_devices` names for it, if it does, else on any
+/// device that runs it; readers elsewhere pay for copying the whole state. An e-node with no
+/// device that runs it is left out; a pinned op gets only its pinned device's option (an
+/// error when that device cannot run it).
 pub fn planning_problem_on(
     egraph: &TEGraph,
     roots: &[Id],
     targets: &[PlaceTarget],
     links: &[tg_planner::Link],
     pins: &[Pin],
-    state_device: usize,
+    state_devices: &std::collections::BTreeMap<String, usize>,
     q8: bool,
 ) -> Result<(tg_planner::Problem, Vec<Id>, Vec<crate::ENode>), EgraphError> {
     let ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
@@ -234,7 +247,7 @@ pub fn planning_problem_on(
                 Op::Weight { .. } => Some(tg_planner::Source::Weight),
                 _ => None,
             };
-            let children: Vec<usize> = n.children.iter().map(|&ch| index[&egraph.find(ch)]).collect();
+            let mut children: Vec<usize> = n.children.iter().map(|&ch| index[&egraph.find(ch)]).collect();
             if source.is_some() {
                 nodes.push(tg_planner::Node { class: index[&c], children: Vec::new(), source, options: Vec::new() });
                 enodes.push(n.clone());
@@ -242,12 +255,19 @@ pub fn planning_problem_on(
             }
             let name = n.op.name();
             let pinned = pins.iter().find(|p| p.matches(&name));
+            let state_pin = match n.op {
+                Op::StoreRows { .. } => {
+                    children.remove(0);
+                    updated_state(egraph, n).and_then(|s| state_devices.get(&s).copied())
+                }
+                _ => None,
+            };
             let ins = crate::operands(egraph, n);
             let mut options = Vec::new();
             for (d, t) in targets.iter().enumerate() {
-                let allowed = match (&n.op, pinned) {
-                    (Op::State { .. } | Op::StoreRows { .. }, _) => d == state_device,
-                    (_, Some(p)) => p.device == d,
+                let allowed = match (&n.op, pinned, state_pin) {
+                    (Op::StoreRows { .. }, _, Some(sd)) => d == sd,
+                    (_, Some(p), _) => p.device == d,
                     _ => t.offered,
                 };
                 if !allowed {
@@ -262,7 +282,7 @@ pub fn planning_problem_on(
             }
             if options.is_empty() {
                 if let Some(p) = pinned {
-                    if !runs_on(egraph, n, &class.data, &*targets[p.device].device, q8) && !matches!(n.op, Op::State { .. } | Op::StoreRows { .. }) {
+                    if !runs_on(egraph, n, &class.data, &*targets[p.device].device, q8) && !matches!(n.op, Op::State { .. }) {
                         return Err(EgraphError::Options(format!("{name} is pinned to {} ('{}'), which cannot run it on {:?} {}", targets[p.device].device.name(), p.pattern, class.data.shape, class.data.dtype)));
                     }
                 }
@@ -291,7 +311,7 @@ impl Extractor for PlacingExtractor<'_> {
     }
 
     fn extract(&self, egraph: &TEGraph, roots: &[Id]) -> Result<Extraction, EgraphError> {
-        let (mut problem, ids, enodes) = planning_problem_on(egraph, roots, &self.targets, &self.links, &self.pins, self.state_device, self.quantize_activations)?;
+        let (mut problem, ids, enodes) = planning_problem_on(egraph, roots, &self.targets, &self.links, &self.pins, &self.state_devices, self.quantize_activations)?;
         let t0 = std::time::Instant::now();
         if let Some(dir) = std::env::var_os("TG_DUMP_PLANNING") {
             let path = std::path::Path::new(&dir).join(format!("problem-{}dev-{}-{}.json", problem.devices.len(), problem.classes.len(), problem.nodes.len()));
@@ -305,7 +325,7 @@ impl Extractor for PlacingExtractor<'_> {
             problem.devices.truncate(1);
             problem.links.clear();
             let out = tg_planner::solve(&problem, &PlannerExtractor::default().limits);
-            return self.finish(&problem, &ids, &enodes, None, out, 1, t0);
+            return self.finish(egraph, &problem, &ids, &enodes, None, out, 1, t0);
         }
         // Two searches, the better plan kept:
         // 1. decomposed: the node choice of the relaxed one-device problem (every node at its
@@ -330,12 +350,12 @@ impl Extractor for PlacingExtractor<'_> {
                 let mut d = d;
                 d.lower_bound = joint.lower_bound.max(relaxed_bound).min(d.best.as_ref().map_or(u64::MAX, |b| b.makespan()));
                 d.nodes += joint.nodes + rel.nodes;
-                self.finish(&restricted, &ids, &enodes, Some(&back), d, 2, t0)
+                self.finish(egraph, &restricted, &ids, &enodes, Some(&back), d, 2, t0)
             }
             _ => {
                 let mut j = joint;
                 j.lower_bound = j.lower_bound.max(relaxed_bound).min(j.best.as_ref().map_or(u64::MAX, |b| b.makespan()));
-                self.finish(&problem, &ids, &enodes, None, j, 3, t0)
+                self.finish(egraph, &problem, &ids, &enodes, None, j, 3, t0)
             }
         }
     }
@@ -346,7 +366,17 @@ impl PlacingExtractor<'_> {
     /// to `enodes` through `back` when it is a restriction). `how`: 1 one device, 2
     /// decomposed, 3 joint.
     #[allow(clippy::too_many_arguments)]
-    fn finish(&self, problem: &tg_planner::Problem, ids: &[Id], enodes: &[crate::ENode], back: Option<&[usize]>, out: tg_planner::Outcome, how: u8, t0: std::time::Instant) -> Result<Extraction, EgraphError> {
+    fn finish(
+        &self,
+        egraph: &TEGraph,
+        problem: &tg_planner::Problem,
+        ids: &[Id],
+        enodes: &[crate::ENode],
+        back: Option<&[usize]>,
+        out: tg_planner::Outcome,
+        how: u8,
+        t0: std::time::Instant,
+    ) -> Result<Extraction, EgraphError> {
         let Some(best) = &out.best else {
             return Err(EgraphError::Options(match out.status {
                 tg_planner::Status::Infeasible => infeasible_reason(problem),
@@ -356,7 +386,15 @@ impl PlacingExtractor<'_> {
         let plan = best.to_plan();
         tg_planner::validate(problem, &plan).map_err(|e| EgraphError::Internal(e.to_string()))?;
         let node = |n: usize| back.map_or(n, |b| b[n]);
-        let choice = plan.choice.iter().map(|(&c, &n)| (ids[c], enodes[node(n)].clone())).collect();
+        let mut choice: crate::Choice = plan.choice.iter().map(|(&c, &n)| (ids[c], enodes[node(n)].clone())).collect();
+        // A state's update stands for the state in the problem: the state's class gets its
+        // `Op::State` node back.
+        let states: Vec<Id> = choice.values().filter(|n| matches!(n.op, Op::StoreRows { .. })).filter_map(|n| n.children.first().map(|&c| egraph.find(c))).collect();
+        for c in states {
+            if let Some(st) = egraph[c].nodes.iter().find(|m| matches!(m.op, Op::State { .. })) {
+                choice.entry(c).or_insert_with(|| st.clone());
+            }
+        }
         let mut placement = Placement { makespan: best.makespan(), ..Default::default() };
         placement.notes.push(
             match how {

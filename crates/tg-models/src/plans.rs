@@ -50,6 +50,24 @@ impl<K: Hash + Eq> PlanCache<K> {
         self.plans.clear();
     }
 
+    /// Binds each kept state of `plan` to the device it runs on there, for every plan compiled
+    /// from now on (a session's plans share their states, so the first plan's placement of a
+    /// state binds the rest). Cached plans stay: they agree with it.
+    pub(crate) fn pin_states_of(&mut self, plan: &tg_runtime::Plan) {
+        for b in &plan.buffers {
+            if let tg_runtime::Storage::State { name, device } = &b.storage {
+                if let Some(d) = plan.devices.get(*device) {
+                    self.options.placement.states.entry(name.clone()).or_insert_with(|| d.clone());
+                }
+            }
+        }
+    }
+
+    /// Forgets the bindings of [`PlanCache::pin_states_of`] (the states are gone).
+    pub(crate) fn unpin_states(&mut self) {
+        self.options.placement.states.clear();
+    }
+
     pub(crate) fn last_report(&self) -> Option<&CompileReport> {
         self.last_report.as_ref()
     }
@@ -83,6 +101,10 @@ impl<K: Hash + Eq> PlanCache<K> {
 
     pub(crate) fn contains(&self, key: &K) -> bool {
         self.plans.contains_key(key)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut Executable> {
+        self.plans.get_mut(key)
     }
 
     pub(crate) fn get(&self, key: &K) -> Option<&Executable> {

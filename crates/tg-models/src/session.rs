@@ -130,6 +130,7 @@ impl Gemma3 {
         s.one_token = None;
         s.capacity = 0;
         s.plans.clear();
+        s.plans.unpin_states();
     }
 
     /// What the session holds.
@@ -173,6 +174,7 @@ impl Gemma3 {
         } else {
             s.states.clear();
             s.tokens.clear();
+            s.plans.unpin_states();
         }
         s.names = Some(one.state_names());
         s.layout = one.states.clone();
@@ -224,6 +226,12 @@ impl Gemma3 {
         if !compiled_before {
             s.compile_ms += t.elapsed().as_secs_f64() * 1e3;
         }
+        let plan = (!compiled_before).then(|| exe.plan().clone()).filter(|p| p.devices.len() > 1);
+        if let Some(p) = plan {
+            s.plans.pin_states_of(&p);
+        }
+        let s = &mut self.session;
+        let Some(exe) = s.plans.get_mut(&(k, cap)) else { return Err(ModelError::Request("internal: the plan just compiled is not cached".into())) };
         let mut inputs = HashMap::new();
         inputs.insert("tokens".to_string(), HostTensor::i32(&[k], new.iter().map(|&t| t as i32).collect())?);
         inputs.insert(POS_INPUT.to_string(), HostTensor::i32(&[1], vec![pos as i32])?);

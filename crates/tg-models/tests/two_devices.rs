@@ -91,5 +91,7 @@ fn gemma_split_across_cpu_and_opencl_gives_the_cpu_tokens() {
     assert_eq!(got, want, "greedy tokens on cpu+opencl vs the cpu");
     let r = two.last_report().expect("a compile report");
     let p = r.placement.as_ref().expect("the one-token plan was placed");
-    eprintln!("one-token plan: {:?}", p.devices);
+    eprintln!("one-token plan: (device, kernels, transfers in) {:?}; kept states (count, bytes) per device {:?}", p.devices, p.states);
+    let kept: usize = p.states.iter().map(|s| s.0).sum();
+    assert_eq!(kept, 2 * 18, "the K and V caches of 18 layers, wherever they live");
 }

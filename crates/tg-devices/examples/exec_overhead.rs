@@ -1,6 +1,6 @@
 //! A measurement, not a check of speed: the executor's cost per step on a plan of one
 //! device (the single-thread path), many tiny steps so the per-step overhead dominates.
-//! Run: `cargo test --release -p tg-devices --test exec_overhead -- --ignored --nocapture`.
+//! Run: `cargo run --release -p tg-devices --example exec_overhead`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,9 +9,7 @@ use tg_compiler::{compile, CompileOptions};
 use tg_ir::{DType, GraphBuilder, HostTensor, UnaryOp};
 use tg_runtime::Executable;
 
-#[test]
-#[ignore = "a measurement; run with --ignored"]
-fn single_device_run_overhead_per_step() {
+fn main() {
     let steps = 400;
     let mut b = GraphBuilder::new();
     let mut x = b.input("x", &[64], DType::F32).unwrap();
@@ -38,5 +36,5 @@ fn single_device_run_overhead_per_step() {
         }
         best = best.min(t.elapsed().as_secs_f64() / runs as f64);
     }
-    eprintln!("single-device run: {n} steps, best of 7 x 300 runs: {:.1} us per run, {:.0} ns per step", best * 1e6, best * 1e9 / n as f64);
+    println!("single-device run: {n} steps, best of 7 x 300 runs: {:.1} us per run, {:.0} ns per step", best * 1e6, best * 1e9 / n as f64);
 }
