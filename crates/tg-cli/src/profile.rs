@@ -127,7 +127,7 @@ fn what_if(a: &ProfileArgs, factor: f64) -> Result<(), String> {
             None => links.push(assumed(src, dst)),
         }
     }
-    let p = base.what_if("cpu", threads, &name, dev.threads(), &dev.fingerprint(), factor, &links);
+    let p = base.what_if(("cpu", threads), (&name, dev.threads(), &dev.fingerprint()), factor, &links);
     p.save(out).map_err(|e| e.to_string())?;
     eprintln!(
         "wrote {}: {name} runs the CPU's {} measured kernels (x{threads} threads) {factor}x faster; links {}",

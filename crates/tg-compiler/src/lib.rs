@@ -446,7 +446,12 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     let prog = lower::lower(graph, devices, &place, views, opts.numerics == Numerics::Q8Activations)?;
     report.stages.push(StageReport { name: "lower".into(), ran: true, micros: t.us(), summary: prog.summary() });
     report.stages.push(if views {
-        StageReport { name: "views".into(), ran: true, micros: 0, summary: format!("{} ops became views, {} copies inserted, {} transfers between devices", prog.n_views, prog.n_copies, prog.n_transfers) }
+        StageReport {
+            name: "views".into(),
+            ran: true,
+            micros: 0,
+            summary: format!("{} ops became views, {} copies inserted, {} transfers between devices", prog.n_views, prog.n_copies, prog.n_transfers),
+        }
     } else {
         skipped("views")
     });

@@ -2,9 +2,9 @@
 //! view of another value), with copies inserted where a kernel cannot read a view.
 
 use crate::CompileError;
+use std::collections::HashMap;
 use std::sync::Arc;
 use tg_ir::shape::contiguous_strides;
-use std::collections::HashMap;
 use tg_ir::{DType, Graph, Node, Op};
 use tg_runtime::{Device, Kernel, Layout, Operand, Step, TensorRef};
 
@@ -199,7 +199,13 @@ impl Lowerer<'_> {
             None => (self.key.0, 0),
         };
         self.push(
-            Step { kernel: Kernel::Transfer { from }, device: d, inputs: vec![TensorRef { buffer: t.buffer, layout: whole.clone() }], output: TensorRef { buffer: dst, layout: whole }, node: src_node },
+            Step {
+                kernel: Kernel::Transfer { from },
+                device: d,
+                inputs: vec![TensorRef { buffer: t.buffer, layout: whole.clone() }],
+                output: TensorRef { buffer: dst, layout: whole },
+                node: src_node,
+            },
             key,
         );
         self.prog.n_transfers += 1;
@@ -279,8 +285,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
                 l.emit(i, n, Kernel::Unary(*u), vec![a], shape, n.dtype)?
             }
             Op::Binary(_) | Op::Compare(_) | Op::Where | Op::Cast { .. } => {
-                let ins: Vec<TensorRef> =
-                    l.operands(g, n)?.into_iter().map(|t| TensorRef { buffer: t.buffer, layout: tg_runtime::broadcast_layout(&t.layout, shape) }).collect();
+                let ins: Vec<TensorRef> = l.operands(g, n)?.into_iter().map(|t| TensorRef { buffer: t.buffer, layout: tg_runtime::broadcast_layout(&t.layout, shape) }).collect();
                 let k = match &n.op {
                     Op::Binary(b) => Kernel::Binary(*b),
                     Op::Compare(c) => Kernel::Compare(*c),

@@ -62,12 +62,11 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
         let e = if persistent[b] { end } else { last[b].unwrap_or(s).max(s) };
         (s, e)
     };
-    let align_up = |x: usize| x.div_ceil(align) * align;
     let mut offsets = vec![0usize; nb];
     let mut arena_of_device: Vec<Option<usize>> = vec![None; devices.len()];
     let mut arenas: Vec<ArenaDesc> = Vec::new();
     let mut stats = PackStats::default();
-    for dev in 0..devices.len() {
+    for (dev, slot) in arena_of_device.iter_mut().enumerate() {
         let mine: Vec<usize> = (0..nb).filter(|&b| prog.buffers[b].kind == VKind::Arena && prog.buffers[b].device == dev).collect();
         if mine.is_empty() {
             continue;
@@ -76,9 +75,8 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
         stats.first_fit += st.first_fit;
         stats.lower_bound += st.lower_bound;
         stats.optimal = if arenas.is_empty() { st.optimal } else { stats.optimal && st.optimal };
-        arena_of_device[dev] = Some(arenas.len());
+        *slot = Some(arenas.len());
         arenas.push(ArenaDesc { device: dev, bytes: top.max(align) });
-        let _ = align_up;
     }
     if arenas.is_empty() {
         arenas.push(ArenaDesc { device: 0, bytes: align });

@@ -25,11 +25,9 @@ pub const DEFAULT_LINK: (u64, u64) = (20_000, 8_000);
 /// The index of the device `name` names among `devices`: its exact name, or a kind
 /// (`opencl`) for the first device of that kind.
 pub(crate) fn resolve_device(devices: &[Arc<dyn Device>], name: &str) -> Result<usize, CompileError> {
-    devices
-        .iter()
-        .position(|d| d.name() == name)
-        .or_else(|| devices.iter().position(|d| d.kind().name() == name))
-        .ok_or_else(|| CompileError::Options(format!("--place names device '{name}', not among this compile's devices ({})", devices.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "))))
+    devices.iter().position(|d| d.name() == name).or_else(|| devices.iter().position(|d| d.kind().name() == name)).ok_or_else(|| {
+        CompileError::Options(format!("--place names device '{name}', not among this compile's devices ({})", devices.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")))
+    })
 }
 
 type Rewrite = (Graph, RewriteReport, Vec<Id>, Option<(Placement, PlacementReport)>);
@@ -72,10 +70,11 @@ pub(crate) fn rewrite_placed(
         }
     }
     let estimate = tg_egraph::KernelCost::default();
-    let base: Vec<&dyn CostModel> = models.iter().enumerate().map(|(i, m)| if i == 0 { home_cost } else { m.as_ref().map_or(&estimate as &dyn CostModel, |m| m as &dyn CostModel) }).collect();
-    let recordings: Option<Vec<Recording>> = record
-        .is_some()
-        .then(|| devices.iter().zip(&base).map(|(d, &inner)| Recording { inner, device: d.name(), threads: d.threads(), quantize_activations: q8, keys: Default::default() }).collect());
+    let base: Vec<&dyn CostModel> =
+        models.iter().enumerate().map(|(i, m)| if i == 0 { home_cost } else { m.as_ref().map_or(&estimate as &dyn CostModel, |m| m as &dyn CostModel) }).collect();
+    let recordings: Option<Vec<Recording>> = record.is_some().then(|| {
+        devices.iter().zip(&base).map(|(d, &inner)| Recording { inner, device: d.name(), threads: d.threads(), quantize_activations: q8, keys: Default::default() }).collect()
+    });
     let costs: Vec<&dyn CostModel> = match &recordings {
         Some(r) => r.iter().map(|r| r as &dyn CostModel).collect(),
         None => base.clone(),
@@ -124,7 +123,8 @@ pub(crate) fn rewrite_placed(
         }
     }
     let lower_bound_ns = r.extraction_proof.map_or(0, |p| p.lower_bound as u64);
-    let rep = PlacementReport { devices: devices.iter().map(|d| (d.name().to_string(), 0, 0)).collect(), makespan_ns: placement.makespan, lower_bound_ns, notes, states: Vec::new() };
+    let rep =
+        PlacementReport { devices: devices.iter().map(|d| (d.name().to_string(), 0, 0)).collect(), makespan_ns: placement.makespan, lower_bound_ns, notes, states: Vec::new() };
     Ok((g, r, classes, Some((placement, rep))))
 }
 

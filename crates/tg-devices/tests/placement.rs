@@ -83,7 +83,11 @@ fn pinned_ops_cross_devices_through_transfers() {
     let plan = &c.plan;
     let on = |d: usize| plan.steps.iter().filter(|s| s.device == d && !matches!(s.kernel, Kernel::Transfer { .. })).count();
     assert!(on(1) >= 2, "the two matmuls on OpenCL: {}", on(1));
-    assert!(plan.steps.iter().filter(|s| s.device == 1).all(|s| matches!(s.kernel, Kernel::MatMulQuant { .. } | Kernel::MatMulQuantAdd { .. } | Kernel::MatMul { .. } | Kernel::Transfer { .. })));
+    assert!(plan
+        .steps
+        .iter()
+        .filter(|s| s.device == 1)
+        .all(|s| matches!(s.kernel, Kernel::MatMulQuant { .. } | Kernel::MatMulQuantAdd { .. } | Kernel::MatMul { .. } | Kernel::Transfer { .. })));
     let transfers: Vec<(usize, usize)> = plan.steps.iter().filter_map(|s| if let Kernel::Transfer { from } = s.kernel { Some((from, s.device)) } else { None }).collect();
     assert!(transfers.contains(&(0, 1)) && transfers.contains(&(1, 0)), "transfers both ways: {transfers:?}");
     // Weights are bound on the device that reads them, never transferred.
@@ -140,7 +144,8 @@ fn the_validator_checks_devices_and_transfers() {
     // Another buffer of the same arena moved onto the transfer's destination bytes.
     let mut bad = good.clone();
     let Storage::Arena { arena, offset } = bad.buffers[dst].storage else { panic!("a transfer into an arena") };
-    let other = (0..bad.buffers.len()).find(|&b| b != dst && matches!(bad.buffers[b].storage, Storage::Arena { arena: a, .. } if a == arena) && bad.steps.iter().any(|s| s.output.buffer == b));
+    let other = (0..bad.buffers.len())
+        .find(|&b| b != dst && matches!(bad.buffers[b].storage, Storage::Arena { arena: a, .. } if a == arena) && bad.steps.iter().any(|s| s.output.buffer == b));
     if let Some(o) = other {
         bad.buffers[o].storage = Storage::Arena { arena, offset };
         if bad.buffers[o].bytes + offset <= bad.arenas[arena].bytes {

@@ -283,7 +283,13 @@ pub fn planning_problem_on(
             if options.is_empty() {
                 if let Some(p) = pinned {
                     if !runs_on(egraph, n, &class.data, &*targets[p.device].device, q8) && !matches!(n.op, Op::State { .. }) {
-                        return Err(EgraphError::Options(format!("{name} is pinned to {} ('{}'), which cannot run it on {:?} {}", targets[p.device].device.name(), p.pattern, class.data.shape, class.data.dtype)));
+                        return Err(EgraphError::Options(format!(
+                            "{name} is pinned to {} ('{}'), which cannot run it on {:?} {}",
+                            targets[p.device].device.name(),
+                            p.pattern,
+                            class.data.shape,
+                            class.data.dtype
+                        )));
                     }
                 }
                 continue;

@@ -34,7 +34,7 @@ fn split_profile(cpu: &dyn Device, cl: &dyn Device) -> Profile {
     base.set_roofline(Roofline::guess(cpu.name(), cpu.threads()));
     let link = Link { latency_ns: 5000.0, bytes_per_ns: 16.0, points: Vec::new() };
     let links = [(cpu.name().to_string(), cl.name().to_string(), link.clone()), (cl.name().to_string(), cpu.name().to_string(), link)];
-    base.what_if(cpu.name(), cpu.threads(), cl.name(), cl.threads(), &cl.fingerprint(), 1.5, &links)
+    base.what_if((cpu.name(), cpu.threads()), (cl.name(), cl.threads(), &cl.fingerprint()), 1.5, &links)
 }
 
 #[test]

@@ -188,12 +188,13 @@ impl Profile {
         before - self.entries.len()
     }
 
-    /// A what-if profile for planning experiments: this profile plus, for device `to`
-    /// (recorded under `to_fingerprint`), every measurement and roofline of `(from,
-    /// from_threads)` with its times divided by `speedup` (as `to_threads` workers), and
-    /// `links` (`(src, dst, link)`) set. The copied entries are measurements of another
-    /// device scaled, not of `to`: for asking what the planner would do with such a device.
-    pub fn what_if(&self, from: &str, from_threads: usize, to: &str, to_threads: usize, to_fingerprint: &str, speedup: f64, links: &[(String, String, Link)]) -> Profile {
+    /// A what-if profile for planning experiments: this profile plus, for device `to` =
+    /// (name, workers, fingerprint), every measurement and roofline of `from` = (name,
+    /// workers) with its times divided by `speedup`, and `links` (`(src, dst, link)`) set.
+    /// The copied entries are measurements of another device scaled, not of `to`: for asking
+    /// what the planner would do with such a device.
+    pub fn what_if(&self, from: (&str, usize), to: (&str, usize, &str), speedup: f64, links: &[(String, String, Link)]) -> Profile {
+        let ((from, from_threads), (to, to_threads, to_fingerprint)) = (from, to);
         let mut p = self.clone();
         // Whatever was measured on `to` itself is replaced.
         p.entries.retain(|(k, _)| k.device != to);
@@ -202,13 +203,8 @@ impl Profile {
         p.links.retain(|(k, _)| k.src != to && k.dst != to);
         p.fits = OnceLock::new();
         p.devices.insert(to.to_string(), to_fingerprint.to_string());
-        let scale = |m: &Measurement| Measurement {
-            median_ns: m.median_ns / speedup,
-            min_ns: m.min_ns / speedup,
-            p90_ns: m.p90_ns / speedup,
-            mad_ns: m.mad_ns / speedup,
-            ..m.clone()
-        };
+        let scale =
+            |m: &Measurement| Measurement { median_ns: m.median_ns / speedup, min_ns: m.min_ns / speedup, p90_ns: m.p90_ns / speedup, mad_ns: m.mad_ns / speedup, ..m.clone() };
         for (k, m) in &self.entries {
             if k.device == from && k.threads == from_threads {
                 let mut k2 = k.clone();
@@ -219,7 +215,13 @@ impl Profile {
         }
         for r in &self.rooflines {
             if r.device == from && r.threads == from_threads {
-                p.set_roofline(Roofline { device: to.to_string(), threads: to_threads, launch_ns: r.launch_ns / speedup, bytes_per_ns: r.bytes_per_ns * speedup, flops_per_ns: r.flops_per_ns * speedup });
+                p.set_roofline(Roofline {
+                    device: to.to_string(),
+                    threads: to_threads,
+                    launch_ns: r.launch_ns / speedup,
+                    bytes_per_ns: r.bytes_per_ns * speedup,
+                    flops_per_ns: r.flops_per_ns * speedup,
+                });
             }
         }
         for (src, dst, l) in links {

@@ -35,11 +35,14 @@ pub(crate) fn place_options(place: &[String]) -> PyResult<tg_compiler::PlaceOpti
     Ok(o)
 }
 
+/// Devices opened so far, by (name, threads).
+type Opened = HashMap<(String, usize), Arc<dyn Device>>;
+
 /// The devices named in `names` (`cpu`, `opencl`, `opencl:N`), each opened once per process
 /// and thread count and shared (an OpenCL device builds its kernel program when opened).
 /// An unknown or absent device is an `OptionsError` listing the devices present.
 pub(crate) fn devices_named(names: &[String], threads: usize) -> PyResult<Vec<Arc<dyn Device>>> {
-    static OPEN: OnceLock<Mutex<HashMap<(String, usize), Arc<dyn Device>>>> = OnceLock::new();
+    static OPEN: OnceLock<Mutex<Opened>> = OnceLock::new();
     if names.is_empty() {
         return Err(err(Kind::Options, format!("devices is empty (present: {})", tg_devices::present())).into());
     }
@@ -83,7 +86,16 @@ pub(crate) fn parse_numerics(s: &str) -> PyResult<Numerics> {
 #[pyfunction]
 #[pyo3(signature = (core, disable=Vec::new(), numerics="exact", alignment=64, threads=0, devices=vec!["cpu".to_string()], place=Vec::new()))]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn compile(py: Python<'_>, core: &GraphCore, disable: Vec<String>, numerics: &str, alignment: usize, threads: usize, devices: Vec<String>, place: Vec<String>) -> PyResult<Compiled> {
+pub(crate) fn compile(
+    py: Python<'_>,
+    core: &GraphCore,
+    disable: Vec<String>,
+    numerics: &str,
+    alignment: usize,
+    threads: usize,
+    devices: Vec<String>,
+    place: Vec<String>,
+) -> PyResult<Compiled> {
     let names: Vec<&str> = disable.iter().map(String::as_str).collect();
     let mut opts = CompileOptions::disabling(&names).map_err(errors::compile)?;
     opts.placement = place_options(&place)?;

@@ -19,11 +19,7 @@ enum CpuMem {
     /// Cache lines of ours; `ptr` and `len` are taken once at allocation (the vector's heap
     /// block never moves), so threads reading and writing disjoint bytes of one arena (a
     /// transfer beside the CPU's kernels) never form references to the contents.
-    Owned {
-        ptr: *mut u8,
-        len: usize,
-        _lines: Vec<Line>,
-    },
+    Owned { ptr: *mut u8, len: usize, _lines: Vec<Line> },
     Weight {
         ptr: *const u8,
         len: usize,
