@@ -351,6 +351,22 @@ impl Extractor for PlacingExtractor<'_> {
         // The relaxation's bound is one on the total work of any plan; the devices share it
         // at best evenly.
         let relaxed_bound = rel.lower_bound / problem.devices.len() as u64;
+        // Running several queues costs the host what the model does not see (a thread per
+        // device, hand-offs at every crossing; a device sharing the host's cores, as PoCL
+        // does, slows the CPU beside it): a placed plan must beat the home-only plan by
+        // HOME_MARGIN of its makespan, else the home-only plan is kept.
+        let placed = [decomposed.as_ref().and_then(|d| d.0.best.as_ref().map(|b| b.makespan())), joint.best.as_ref().map(|b| b.makespan())].into_iter().flatten().min();
+        if let (Some(m), Some((home, home_problem))) = (placed, home_only(&problem)) {
+            if let Some(h) = home.best.as_ref().map(|b| b.makespan()) {
+                if m as f64 > h as f64 * (1.0 - HOME_MARGIN) {
+                    let mut home = home;
+                    home.nodes += joint.nodes + rel.nodes;
+                    // The bound stays the multi-device problem's.
+                    home.lower_bound = joint.lower_bound.max(relaxed_bound).min(h);
+                    return self.finish(egraph, &home_problem.0, &ids, &enodes, Some(&home_problem.1), home, 4, t0);
+                }
+            }
+        }
         match decomposed {
             Some((d, restricted, back)) if d.best.as_ref().is_some_and(|b| joint.best.as_ref().is_none_or(|j| b.makespan() < j.makespan())) => {
                 let mut d = d;
@@ -405,6 +421,7 @@ impl PlacingExtractor<'_> {
         placement.notes.push(
             match how {
                 1 => "one device can run anything: DAG-cost extraction",
+                4 => "kept home: no placed plan beat the home-only plan by the 5% a multi-device run must win",
                 2 => "decomposed search won: the relaxed extraction's nodes, placed by the planner",
                 _ => "joint search won: nodes, devices and order searched together",
             }
@@ -431,6 +448,34 @@ impl PlacingExtractor<'_> {
             }),
         })
     }
+}
+
+/// Share of the home-only makespan a placed plan must save to be taken.
+pub const HOME_MARGIN: f64 = 0.05;
+
+/// The home-only problem (every node's options on device 0; nodes without one dropped) and
+/// the planner's answer to it, with the index in `p` of every node kept; `None` when some
+/// needed class has no node home can run.
+fn home_only(p: &tg_planner::Problem) -> Option<(tg_planner::Outcome, (tg_planner::Problem, Vec<usize>))> {
+    let mut r = p.clone();
+    r.devices.truncate(1);
+    r.links.clear();
+    r.nodes.clear();
+    let mut back = Vec::new();
+    let mut has = vec![false; p.classes.len()];
+    for (i, n) in p.nodes.iter().enumerate() {
+        let options: Vec<tg_planner::ImplOption> = n.options.iter().filter(|o| o.device == 0).cloned().collect();
+        if n.source.is_some() || !options.is_empty() {
+            r.nodes.push(tg_planner::Node { options, ..n.clone() });
+            back.push(i);
+            has[n.class] = true;
+        }
+    }
+    if has.iter().any(|&h| !h) {
+        return None;
+    }
+    let out = tg_planner::solve(&r, &PlannerExtractor::default().limits);
+    out.best.is_some().then_some((out, (r, back)))
 }
 
 /// The one-device relaxation of a multi-device problem: every node at its fastest option,
