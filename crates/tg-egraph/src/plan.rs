@@ -521,3 +521,40 @@ fn infeasible_reason(p: &tg_planner::Problem) -> String {
     let parts: Vec<String> = p.devices.iter().zip(&worst).map(|(d, w)| format!("{}: {} bytes of memory, kernels need up to {w} bytes at once", d.name, d.capacity)).collect();
     format!("no plan fits the devices' memory ({})", parts.join("; "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A problem whose only kernel needs more memory than either device has: the planner
+    /// proves it infeasible and the message names each device's memory and the bytes needed.
+    #[test]
+    fn infeasible_memory_is_stated_with_devices_and_bytes() {
+        let p = tg_planner::Problem {
+            devices: vec![
+                tg_planner::Device { name: "cpu".into(), capacity: 1000, cache_budget: 0 },
+                tg_planner::Device { name: "opencl:0".into(), capacity: 1500, cache_budget: 0 },
+            ],
+            home: 0,
+            links: vec![tg_planner::Link { from: 0, to: 1, latency: 10, bytes_per_us: 1000 }, tg_planner::Link { from: 1, to: 0, latency: 10, bytes_per_us: 1000 }],
+            classes: vec![tg_planner::Class { bytes: 800, cacheable: false }, tg_planner::Class { bytes: 1200, cacheable: false }],
+            nodes: vec![
+                tg_planner::Node { class: 0, children: vec![], source: Some(tg_planner::Source::Input), options: vec![] },
+                tg_planner::Node {
+                    class: 1,
+                    children: vec![0],
+                    source: None,
+                    options: vec![
+                        tg_planner::ImplOption { kernel: "k".into(), device: 0, time: 5, alias: false },
+                        tg_planner::ImplOption { kernel: "k".into(), device: 1, time: 2, alias: false },
+                    ],
+                },
+            ],
+            roots: vec![1],
+        };
+        let out = tg_planner::solve(&p, &tg_planner::Limits::default());
+        assert_eq!(out.status, tg_planner::Status::Infeasible, "{:?}", out.status);
+        let why = infeasible_reason(&p);
+        assert!(why.contains("cpu: 1000 bytes") && why.contains("opencl:0: 1500 bytes") && why.contains("2000 bytes"), "{why}");
+    }
+}

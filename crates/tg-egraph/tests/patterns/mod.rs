@@ -272,4 +272,3 @@ pub fn random_graph(rng: &mut ChaCha8Rng) -> Graph {
     }
     b.finish().unwrap()
 }
-
