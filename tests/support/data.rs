@@ -51,10 +51,6 @@ pub fn shared_file(var: &str, set: &str, file: &str) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path);
     }
-    missing(
-        &format!("{set} data file {file}"),
-        &format!("{} ({how})", path.display()),
-        &format!("set {var} to the folder or TG_DATA_DIR to the folder holding {set}/; scripts/test.sh sets TG_DATA_DIR"),
-    );
+    missing(&format!("{set} data file {file}"), &format!("{} ({how})", path.display()), &format!("set {var} to the folder or TG_DATA_DIR to the folder holding {set}/; scripts/test.sh sets TG_DATA_DIR"));
     None
 }

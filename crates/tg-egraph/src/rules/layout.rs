@@ -14,7 +14,13 @@ pub(super) fn rules() -> Vec<Rule> {
         rule("reshape-identity", "layout", "reshape(x, shape(x)) = x", reshape_identity, apply_same),
         rule("permute-permute", "layout", "permute(permute(x, q), p) = permute(x, q∘p), i.e. r[i] = q[p[i]]", permute_permute, apply_permute),
         rule("permute-identity", "layout", "permute(x, [0, 1, .., n-1]) = x", permute_identity, apply_same),
-        rule("permute-unit-dims", "layout", "permute(x, p) = reshape(x, shape(permute(x, p))) when p keeps the order of the dims larger than 1", permute_unit_dims, apply_reshape),
+        rule(
+            "permute-unit-dims",
+            "layout",
+            "permute(x, p) = reshape(x, shape(permute(x, p))) when p keeps the order of the dims larger than 1",
+            permute_unit_dims,
+            apply_reshape,
+        ),
         rule("expand-expand", "layout", "expand(expand(x, s1), s2) = expand(x, s2)", expand_expand, apply_expand),
         rule("expand-identity", "layout", "expand(x, shape(x)) = x", expand_identity, apply_same),
         rule("slice-full", "layout", "slice(x, a, 0, n_a) = x", slice_full, apply_same),
@@ -75,7 +81,11 @@ fn apply_permute(eg: &mut TEGraph, _: Id, (x, perm): &(Id, Vec<usize>)) -> Optio
 }
 
 fn permute_identity(eg: &TEGraph, c: Id) -> Vec<Id> {
-    operands_of(eg, c, |o| matches!(o, Op::Permute { perm } if perm.iter().enumerate().all(|(i, &p)| i == p))).into_iter().map(|(_, x)| x).filter(|&x| x != eg.find(c)).collect()
+    operands_of(eg, c, |o| matches!(o, Op::Permute { perm } if perm.iter().enumerate().all(|(i, &p)| i == p)))
+        .into_iter()
+        .map(|(_, x)| x)
+        .filter(|&x| x != eg.find(c))
+        .collect()
 }
 
 fn permute_unit_dims(eg: &TEGraph, c: Id) -> Vec<Id> {
@@ -186,7 +196,10 @@ fn apply_matmul(eg: &mut TEGraph, _: Id, &(a, b, t): &(Id, Id, bool)) -> Option<
 /// `(x, c)` with class `y` holding `x·c` for a scalar f32 constant `c` that does not
 /// broadcast `x`.
 fn scaled(eg: &TEGraph, y: Id) -> Vec<(Id, Id)> {
-    binary(eg, y, BinaryOp::Mul).into_iter().filter(|&(x, k)| scalar_f32(eg, k).is_some() && scalar_f32(eg, x).is_none() && shape(eg, x) == shape(eg, y)).collect()
+    binary(eg, y, BinaryOp::Mul)
+        .into_iter()
+        .filter(|&(x, k)| scalar_f32(eg, k).is_some() && scalar_f32(eg, x).is_none() && shape(eg, x) == shape(eg, y))
+        .collect()
 }
 
 fn scalar_out_of_reshape(eg: &TEGraph, c: Id) -> Vec<(Id, Id)> {

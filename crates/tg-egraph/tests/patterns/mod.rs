@@ -272,3 +272,4 @@ pub fn random_graph(rng: &mut ChaCha8Rng) -> Graph {
     }
     b.finish().unwrap()
 }
+
