@@ -382,13 +382,13 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
         l.prog.outputs.push((name.clone(), t));
     }
     let keys = std::mem::take(&mut l.keys);
-    order_steps(&mut l.prog, &keys);
+    order_steps(&mut l.prog, &keys)?;
     Ok(l.prog)
 }
 
 /// Reorders the steps topologically (a step after the writers of what it reads), smallest
 /// `(key, lowering index)` first: the planner's start times where it gave them.
-fn order_steps(prog: &mut Program, keys: &[(u64, u8)]) {
+fn order_steps(prog: &mut Program, keys: &[(u64, u8)]) -> Result<(), CompileError> {
     let n = prog.steps.len();
     let mut writer: HashMap<usize, usize> = HashMap::new();
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -414,9 +414,12 @@ fn order_steps(prog: &mut Program, keys: &[(u64, u8)]) {
             }
         }
     }
-    debug_assert_eq!(order.len(), n, "steps form a DAG");
+    if order.len() != n {
+        return Err(CompileError::Invalid(format!("lowering: the steps' reads and writes form a cycle ({} of {n} steps ordered)", order.len())));
+    }
     let mut old: Vec<Option<Step>> = std::mem::take(&mut prog.steps).into_iter().map(Some).collect();
     prog.steps = order.into_iter().filter_map(|s| old[s].take()).collect();
+    Ok(())
 }
 
 /// The layout of a view op applied to `src`, or `None` when it cannot be expressed as a
