@@ -511,37 +511,19 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     };
     if profile.is_some() || devices.len() > 1 {
         let threads: Vec<usize> = devices.iter().map(|d| d.threads()).collect();
-        let t = timeline::simulate(&plan, profile, &threads);
-        report.timeline = Some(t);
-    }
-    if let CostSource::Profile(p) = &opts.cost {
-        // Each kernel with its own device's workers; a transfer by its link (measured, or the
-        // assumed link: a fallback).
-        let mut pred = PlanPrediction { total_ns: 0.0, fallback_ns: 0.0, fallback_steps: 0, steps: Vec::with_capacity(plan.steps.len()) };
-        for s in &plan.steps {
-            let (ns, measured) = match s.kernel {
-                tg_runtime::Kernel::Transfer { from } => {
-                    let bytes = plan.buffers.get(s.output.buffer).map_or(0, |b| b.bytes);
-                    let (a, b) = (&plan.devices[from], &plan.devices[s.device]);
-                    match p.predict_copy(a, b, bytes) {
-                        Some(ns) => (ns, true),
-                        None => (place::DEFAULT_LINK.0 as f64 + bytes as f64 * 1000.0 / place::DEFAULT_LINK.1 as f64, false),
-                    }
+        let costs = timeline::step_costs(&plan, profile, &threads);
+        report.timeline = Some(timeline::simulate(&plan, &costs));
+        if profile.is_some() {
+            let mut pred = PlanPrediction { total_ns: 0.0, fallback_ns: 0.0, fallback_steps: 0, steps: costs };
+            for &(ns, measured) in &pred.steps {
+                pred.total_ns += ns;
+                if !measured {
+                    pred.fallback_ns += ns;
+                    pred.fallback_steps += 1;
                 }
-                _ => {
-                    let threads = devices.get(s.device).map_or(1, |d| d.threads());
-                    let pr = p.predict(&tg_profile::ProfileKey::from_step(&plan, s, threads));
-                    (pr.ns, !pr.source.is_fallback())
-                }
-            };
-            pred.total_ns += ns;
-            if !measured {
-                pred.fallback_ns += ns;
-                pred.fallback_steps += 1;
             }
-            pred.steps.push((ns, measured));
+            report.prediction = Some(pred);
         }
-        report.prediction = Some(pred);
     }
     Ok(Compiled { plan, report })
 }

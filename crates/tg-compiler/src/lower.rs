@@ -180,7 +180,7 @@ impl Lowerer<'_> {
             self.weights.insert((id, d), t.clone());
             return Ok(t);
         }
-        let t = self.refs[id].clone().expect("operands are lowered before users");
+        let t = self.refs[id].clone().ok_or_else(|| CompileError::Invalid(format!("lowering: node {id} is read before it is lowered")))?;
         let from = self.prog.buffers[t.buffer].device;
         if from == d {
             return Ok(t);
@@ -262,7 +262,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
                 // Written in place: the step's output is the state's own buffer, and the
                 // node's value is that buffer (verification guarantees the state has no
                 // other reader; placement keeps the update on the state's device).
-                let state = l.refs[n.inputs[0]].clone().expect("operands are lowered before users");
+                let state = l.refs[n.inputs[0]].clone().ok_or_else(|| CompileError::Invalid(format!("lowering: node {i} reads a state before it is lowered")))?;
                 if l.prog.buffers[state.buffer].device != l.device {
                     return Err(CompileError::Invalid(format!("node {i}: the update of a state is placed on another device than the state")));
                 }

@@ -20,9 +20,10 @@ pub struct Timeline {
     pub busy_ns: Vec<f64>,
 }
 
-/// Simulates `plan`: kernel step times from `profile` (`None`: the roofline guess), workers
-/// per device from `threads`.
-pub fn simulate(plan: &Plan, profile: Option<&Profile>, threads: &[usize]) -> Timeline {
+/// The predicted time (ns) of every step of `plan` and whether it rests on a measurement:
+/// a kernel from `profile` (`None`: the roofline guess) with its own device's workers
+/// (`threads`), a transfer from the measured link, else [`crate::place::DEFAULT_LINK`].
+pub fn step_costs(plan: &Plan, profile: Option<&Profile>, threads: &[usize]) -> Vec<(f64, bool)> {
     let empty;
     let profile = match profile {
         Some(p) => p,
@@ -31,26 +32,40 @@ pub fn simulate(plan: &Plan, profile: Option<&Profile>, threads: &[usize]) -> Ti
             &empty
         }
     };
+    plan.steps
+        .iter()
+        .map(|s| match s.kernel {
+            Kernel::Transfer { from } => {
+                let bytes = plan.buffers.get(s.output.buffer).map_or(0, |b| b.bytes);
+                let (src, dst) = (plan.devices.get(from).map_or("", |d| d.as_str()), plan.devices.get(s.device).map_or("", |d| d.as_str()));
+                match profile.predict_copy(src, dst, bytes) {
+                    Some(ns) => (ns, true),
+                    None => {
+                        let (lat, bw) = crate::place::DEFAULT_LINK;
+                        (lat as f64 + bytes as f64 * 1000.0 / bw as f64, false)
+                    }
+                }
+            }
+            _ => {
+                let t = threads.get(s.device).copied().unwrap_or(1);
+                let p = profile.predict(&ProfileKey::from_step(plan, s, t));
+                (p.ns, !p.source.is_fallback())
+            }
+        })
+        .collect()
+}
+
+/// Simulates `plan` with the step times `costs` ([`step_costs`]).
+pub fn simulate(plan: &Plan, costs: &[(f64, bool)]) -> Timeline {
     let mut ready: HashMap<usize, f64> = HashMap::new();
     let mut free: HashMap<(usize, usize), f64> = HashMap::new();
     let mut busy = vec![0.0; plan.devices.len()];
     let mut steps = Vec::with_capacity(plan.steps.len());
     let mut makespan: f64 = 0.0;
-    for s in &plan.steps {
-        let (resource, ns) = match s.kernel {
-            Kernel::Transfer { from } => {
-                let bytes = plan.buffers.get(s.output.buffer).map_or(0, |b| b.bytes);
-                let (src, dst) = (plan.devices.get(from).map_or("", |d| d.as_str()), plan.devices.get(s.device).map_or("", |d| d.as_str()));
-                let ns = profile.predict_copy(src, dst, bytes).unwrap_or_else(|| {
-                    let (lat, bw) = crate::place::DEFAULT_LINK;
-                    lat as f64 + bytes as f64 * 1000.0 / bw as f64
-                });
-                ((from, s.device), ns)
-            }
-            _ => {
-                let t = threads.get(s.device).copied().unwrap_or(1);
-                ((s.device, s.device), profile.predict(&ProfileKey::from_step(plan, s, t)).ns)
-            }
+    for (s, &(ns, _)) in plan.steps.iter().zip(costs) {
+        let resource = match s.kernel {
+            Kernel::Transfer { from } => (from, s.device),
+            _ => (s.device, s.device),
         };
         let ns = if ns.is_finite() { ns.max(0.0) } else { 0.0 };
         let operands = s.inputs.iter().filter_map(|t| ready.get(&t.buffer)).fold(0.0f64, |a, &b| a.max(b));

@@ -35,21 +35,32 @@ fn class_bytes(shape: &[usize], dtype: DType) -> u64 {
     (crate::extract::bytes(shape, dtype) as u64).max(1)
 }
 
+/// The e-graph's classes in a fixed order, each one's index, and the planner's class table
+/// (bytes; nothing cacheable) — shared by both problem builders.
+fn class_table(egraph: &TEGraph) -> (Vec<Id>, HashMap<Id, usize>, Vec<tg_planner::Class>) {
+    let ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
+    let index = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let classes = ids.iter().map(|&c| tg_planner::Class { bytes: class_bytes(&egraph[c].data.shape, egraph[c].data.dtype), cacheable: false }).collect();
+    (ids, index, classes)
+}
+
+/// The planner's source kind of an op (inputs and weights), if it is one.
+fn source_of(op: &Op) -> Option<tg_planner::Source> {
+    match op {
+        Op::Input { .. } => Some(tg_planner::Source::Input),
+        Op::Weight { .. } => Some(tg_planner::Source::Weight),
+        _ => None,
+    }
+}
+
 /// The planning problem of an e-graph with roots `roots`: class ids in `ids` order.
 pub fn planning_problem(egraph: &TEGraph, roots: &[Id], model: &dyn CostModel) -> (tg_planner::Problem, Vec<Id>) {
-    let ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
-    let index: HashMap<Id, usize> = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
-    let mut classes = Vec::with_capacity(ids.len());
+    let (ids, index, classes) = class_table(egraph);
     let mut nodes = Vec::new();
     for &c in &ids {
         let class = &egraph[c];
-        classes.push(tg_planner::Class { bytes: class_bytes(&class.data.shape, class.data.dtype), cacheable: false });
         for n in &class.nodes {
-            let source = match n.op {
-                Op::Input { .. } => Some(tg_planner::Source::Input),
-                Op::Weight { .. } => Some(tg_planner::Source::Weight),
-                _ => None,
-            };
+            let source = source_of(&n.op);
             let children: Vec<usize> = n.children.iter().map(|&ch| index[&egraph.find(ch)]).collect();
             let options = if source.is_some() {
                 Vec::new()
@@ -233,20 +244,13 @@ pub fn planning_problem_on(
     state_devices: &std::collections::BTreeMap<String, usize>,
     q8: bool,
 ) -> Result<(tg_planner::Problem, Vec<Id>, Vec<crate::ENode>), EgraphError> {
-    let ids: Vec<Id> = egraph.classes().map(|c| c.id).collect();
-    let index: HashMap<Id, usize> = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
-    let mut classes = Vec::with_capacity(ids.len());
+    let (ids, index, classes) = class_table(egraph);
     let mut nodes = Vec::new();
     let mut enodes = Vec::new();
     for &c in &ids {
         let class = &egraph[c];
-        classes.push(tg_planner::Class { bytes: class_bytes(&class.data.shape, class.data.dtype), cacheable: false });
         for n in &class.nodes {
-            let source = match n.op {
-                Op::Input { .. } => Some(tg_planner::Source::Input),
-                Op::Weight { .. } => Some(tg_planner::Source::Weight),
-                _ => None,
-            };
+            let source = source_of(&n.op);
             let mut children: Vec<usize> = n.children.iter().map(|&ch| index[&egraph.find(ch)]).collect();
             if source.is_some() {
                 nodes.push(tg_planner::Node { class: index[&c], children: Vec::new(), source, options: Vec::new() });
@@ -317,7 +321,7 @@ impl Extractor for PlacingExtractor<'_> {
     }
 
     fn extract(&self, egraph: &TEGraph, roots: &[Id]) -> Result<Extraction, EgraphError> {
-        let (mut problem, ids, enodes) = planning_problem_on(egraph, roots, &self.targets, &self.links, &self.pins, &self.state_devices, self.quantize_activations)?;
+        let (problem, ids, enodes) = planning_problem_on(egraph, roots, &self.targets, &self.links, &self.pins, &self.state_devices, self.quantize_activations)?;
         let t0 = std::time::Instant::now();
         if let Some(dir) = std::env::var_os("TG_DUMP_PLANNING") {
             let path = std::path::Path::new(&dir).join(format!("problem-{}dev-{}-{}.json", problem.devices.len(), problem.classes.len(), problem.nodes.len()));
@@ -328,10 +332,10 @@ impl Extractor for PlacingExtractor<'_> {
         // Nothing may go anywhere but home (no other device measured, nothing pinned): the
         // one-device problem, whose makespan is the DAG cost (proven by `tg-extract`).
         if problem.nodes.iter().all(|n| n.options.iter().all(|o| o.device == 0)) {
-            problem.devices.truncate(1);
-            problem.links.clear();
-            let out = tg_planner::solve(&problem, &PlannerExtractor::default().limits);
-            return self.finish(egraph, &problem, &ids, &enodes, None, out, 1, t0);
+            let Some((out, (home, back))) = home_only(&problem) else {
+                return Err(EgraphError::Options(format!("{} cannot run every op of the graph", problem.devices[0].name)));
+            };
+            return self.finish(egraph, &home, &ids, &enodes, Some(&back), out, 1, t0);
         }
         // Two searches, the better plan kept:
         // 1. decomposed: the node choice of the relaxed one-device problem (every node at its
@@ -455,7 +459,7 @@ pub const HOME_MARGIN: f64 = 0.05;
 
 /// The home-only problem (every node's options on device 0; nodes without one dropped) and
 /// the planner's answer to it, with the index in `p` of every node kept; `None` when some
-/// needed class has no node home can run.
+/// class has no node home can run.
 fn home_only(p: &tg_planner::Problem) -> Option<(tg_planner::Outcome, (tg_planner::Problem, Vec<usize>))> {
     let mut r = p.clone();
     r.devices.truncate(1);
@@ -475,7 +479,7 @@ fn home_only(p: &tg_planner::Problem) -> Option<(tg_planner::Outcome, (tg_planne
         return None;
     }
     let out = tg_planner::solve(&r, &PlannerExtractor::default().limits);
-    out.best.is_some().then_some((out, (r, back)))
+    Some((out, (r, back)))
 }
 
 /// The one-device relaxation of a multi-device problem: every node at its fastest option,

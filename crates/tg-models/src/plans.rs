@@ -50,20 +50,16 @@ impl<K: Hash + Eq> PlanCache<K> {
         self.plans.clear();
     }
 
-    /// Binds each kept state of `plan` to the device it runs on there, for every plan compiled
-    /// from now on (a session's plans share their states, so the first plan's placement of a
-    /// state binds the rest). Cached plans stay: they agree with it.
-    pub(crate) fn pin_states_of(&mut self, plan: &tg_runtime::Plan) {
-        for b in &plan.buffers {
-            if let tg_runtime::Storage::State { name, device } = &b.storage {
-                if let Some(d) = plan.devices.get(*device) {
-                    self.options.placement.states.entry(name.clone()).or_insert_with(|| d.clone());
-                }
-            }
+    /// Binds each kept state (name) to a device (name) for every plan compiled from now on:
+    /// a session's plans share their states, so the first plan's placement of a state binds
+    /// the rest. A state already bound keeps its device; cached plans stay (they agree).
+    pub(crate) fn pin_states(&mut self, states: Vec<(String, String)>) {
+        for (name, device) in states {
+            self.options.placement.states.entry(name).or_insert(device);
         }
     }
 
-    /// Forgets the bindings of [`PlanCache::pin_states_of`] (the states are gone).
+    /// Forgets the bindings of [`PlanCache::pin_states`] (the states are gone).
     pub(crate) fn unpin_states(&mut self) {
         self.options.placement.states.clear();
     }

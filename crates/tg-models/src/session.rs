@@ -226,11 +226,8 @@ impl Gemma3 {
         if !compiled_before {
             s.compile_ms += t.elapsed().as_secs_f64() * 1e3;
         }
-        let plan = (!compiled_before).then(|| exe.plan().clone()).filter(|p| p.devices.len() > 1);
-        if let Some(p) = plan {
-            s.plans.pin_states_of(&p);
-        }
-        let s = &mut self.session;
+        let pins = if compiled_before { Vec::new() } else { state_devices(exe.plan()) };
+        s.plans.pin_states(pins);
         let Some(exe) = s.plans.get_mut(&(k, cap)) else { return Err(ModelError::Request("internal: the plan just compiled is not cached".into())) };
         let mut inputs = HashMap::new();
         inputs.insert("tokens".to_string(), HostTensor::i32(&[k], new.iter().map(|&t| t as i32).collect())?);
@@ -263,4 +260,18 @@ impl Gemma3 {
         s.reused = common;
         self.extend(&prompt[common..])
     }
+}
+
+/// The device of every kept state of a plan over several devices (none for one device).
+fn state_devices(plan: &tg_runtime::Plan) -> Vec<(String, String)> {
+    if plan.devices.len() < 2 {
+        return Vec::new();
+    }
+    plan.buffers
+        .iter()
+        .filter_map(|b| match &b.storage {
+            tg_runtime::Storage::State { name, device } => plan.devices.get(*device).map(|d| (name.clone(), d.clone())),
+            _ => None,
+        })
+        .collect()
 }
