@@ -84,8 +84,8 @@ enum Cmd {
         /// runs (the incremental path, default).
         #[arg(long)]
         recompute: bool,
-        /// Most MiB the states kept between runs may take; with less, the compiler keeps
-        /// less and recomputes more.
+        /// Most MiB the states kept between runs may take on each device; with less, the
+        /// planner keeps less and recomputes more.
         #[arg(long = "cache-budget")]
         cache_budget: Option<usize>,
         /// Pin ops to a device: `OP_PATTERN=DEVICE` (`*` is a wildcard; op names as `tg plan
@@ -135,6 +135,10 @@ enum Cmd {
         /// --explain` prints them, e.g. `attention*=opencl`, `matmul=cpu`); repeatable.
         #[arg(long = "place")]
         place: Vec<String>,
+        /// With `--incremental`: most MiB the kept states may take on each device (the
+        /// planner keeps less and recomputes more).
+        #[arg(long = "cache-budget")]
+        cache_budget: Option<usize>,
     },
     /// Measure on this machine the kernels planning the model asks about (the planner then
     /// uses these times by default); resumable.
@@ -382,9 +386,10 @@ fn run(cli: Cli) -> Res<()> {
         }
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place } => {
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget } => {
             let mut m = load(model, threads, &device_name)?;
-            let opts = bench::compile_options(NumericsArg::Exact, &no_stage, &place)?;
+            let mut opts = bench::compile_options(NumericsArg::Exact, &no_stage, &place)?;
+            opts.cache_budget = cache_budget.map(|mb| mb.saturating_mul(1 << 20));
             m.set_compile_options(opts.clone());
             let graph = match incremental {
                 None => m.graph(seq, Logits::Last).map_err(|e| e.to_string())?,

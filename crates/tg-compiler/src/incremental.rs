@@ -74,6 +74,13 @@ pub struct IncrementalSpec {
     /// Keep exactly these states (names from an earlier derivation of the same model at any
     /// `k`: plans of one session must share their states); `None` lets the pass choose.
     pub states: Option<BTreeSet<String>>,
+    /// With `states: None`, offer both ways of every all-rows demand that can be met either
+    /// way (keep a state, or recompute), as [`Op::Alternatives`], for the compiler's
+    /// planner to choose under measured costs and each device's cache budget
+    /// (`CompileOptions::cache_budget`; `budget` is then not applied). The pass's own
+    /// choice, without a budget, is each first way (what the graph computes when nothing
+    /// chooses).
+    pub alternatives: bool,
 }
 
 /// One value kept between runs.
@@ -103,8 +110,14 @@ pub struct Incremental {
     pub capacity: usize,
     /// `k`.
     pub new_rows: usize,
-    /// The kept values, in node order.
+    /// The kept values, in node order: with alternatives, those of the first ways (the
+    /// pass's own choice; the compiler's is in its plan's state buffers).
     pub states: Vec<CachedValue>,
+    /// Every value offered as a state (`states` and the states of the other ways), in node
+    /// order; `states` when nothing is offered both ways.
+    pub candidates: Vec<CachedValue>,
+    /// All-rows demands offered both ways ([`IncrementalSpec::alternatives`]).
+    pub alternatives: usize,
     /// Demands for all rows of a value that depends on the input met by recomputing them.
     pub recomputed: usize,
     /// Times each rule was applied.
@@ -127,8 +140,10 @@ impl Incremental {
     /// One line for reports.
     pub fn summary(&self) -> String {
         let rules: Vec<String> = self.rules.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let offered =
+            if self.alternatives > 0 { format!(", {} offered both ways to the planner ({} candidate states)", self.alternatives, self.candidates.len()) } else { String::new() };
         format!(
-            "k={} of capacity {}: {} states ({} KiB), {} all-row demands recomputed; rules [{}]",
+            "k={} of capacity {}: {} states ({} KiB), {} all-row demands recomputed{offered}; rules [{}]",
             self.new_rows,
             self.capacity,
             self.states.len(),
@@ -475,6 +490,34 @@ impl Deriver<'_> {
         req.iter().map(|&q| if q == ALL { NEW } else { q }).collect()
     }
 
+    /// Could `(v, req)` be offered as a state at all (the budget's exclusions aside)?
+    fn keepable(&self, v: NodeId, req: &Req) -> bool {
+        let i = &self.info[v];
+        self.forced.is_none() && i.dep && i.seq.iter().filter(|&&s| s).count() == 1 && req.contains(&ALL)
+    }
+
+    /// Cost of meeting `req` on `v` by applying its rule (operands at their cheapest), or
+    /// `None` where the rule does not apply (an input's all rows).
+    fn recompute_cost(&mut self, v: NodeId, req: &Req) -> Result<Option<f64>, CompileError> {
+        let n = &self.g.nodes[v];
+        if matches!(n.op, Op::Input { .. }) && req.contains(&ALL) {
+            return Ok(None);
+        }
+        if let Some(b) = &self.info[v].bad {
+            return Err(err(format!("node {v} ({}): {b}", n.op.name())));
+        }
+        let reqs = operand_reqs(self.g, &self.info, v, req);
+        let mut total = 0.0;
+        let mut ins = Vec::new();
+        for (&x, q) in n.inputs.iter().zip(&reqs) {
+            total += self.cost(x, q)?.0;
+            ins.push((self.dshape(x, q), self.g.nodes[x].dtype, matches!(self.g.nodes[x].op, Op::Weight { .. })));
+        }
+        let ins_ref: Vec<Operand> = ins.iter().map(|(s, d, w)| Operand { shape: s.as_slice(), dtype: *d, weight: *w }).collect();
+        let out = self.dshape(v, req);
+        Ok(Some(total + self.model.node_cost(&n.op, (&out, n.dtype), &ins_ref)))
+    }
+
     /// Cheapest cost of meeting `req` on `v`, and whether that keeps a state.
     fn cost(&mut self, v: NodeId, req: &Req) -> Result<(f64, bool), CompileError> {
         if self.is_static(v) {
@@ -496,23 +539,7 @@ impl Deriver<'_> {
             None
         };
         let forced_keep = self.forced.as_ref().is_some_and(|s| s.contains(&state_name(v))) && keep.is_some();
-        let recompute = if forced_keep || (matches!(n.op, Op::Input { .. }) && req.contains(&ALL)) {
-            None
-        } else {
-            if let Some(b) = &self.info[v].bad {
-                return Err(err(format!("node {v} ({}): {b}", n.op.name())));
-            }
-            let reqs = operand_reqs(self.g, &self.info, v, req);
-            let mut total = 0.0;
-            let mut ins = Vec::new();
-            for (&x, q) in n.inputs.iter().zip(&reqs) {
-                total += self.cost(x, q)?.0;
-                ins.push((self.dshape(x, q), self.g.nodes[x].dtype, matches!(self.g.nodes[x].op, Op::Weight { .. })));
-            }
-            let ins_ref: Vec<Operand> = ins.iter().map(|(s, d, w)| Operand { shape: s.as_slice(), dtype: *d, weight: *w }).collect();
-            let out = self.dshape(v, req);
-            Some(total + self.model.node_cost(&n.op, (&out, n.dtype), &ins_ref))
-        };
+        let recompute = if forced_keep { None } else { self.recompute_cost(v, req)? };
         let best = match (keep, recompute) {
             (Some(c), Some(r)) if c <= r => (c, true),
             (Some(c), None) => (c, true),
@@ -530,7 +557,14 @@ impl Deriver<'_> {
 
     /// The states the current decisions keep, reachable from the roots.
     fn chosen(&mut self) -> Result<BTreeMap<NodeId, Req>, CompileError> {
+        Ok(self.decisions()?.0)
+    }
+
+    /// The states the current decisions keep, and how many all-rows demands of values that
+    /// depend on the input they recompute, reachable from the roots.
+    fn decisions(&mut self) -> Result<(BTreeMap<NodeId, Req>, usize), CompileError> {
         let mut out = BTreeMap::new();
+        let mut recomputed = 0;
         let mut stack: Vec<(NodeId, Req)> = Vec::new();
         for (_, o, q) in self.roots() {
             self.cost(o, &q)?;
@@ -546,12 +580,15 @@ impl Deriver<'_> {
                 out.insert(v, q.clone());
                 stack.push((v, Self::new_req(&q)));
             } else {
+                if q.contains(&ALL) && !q.contains(&NEW) && self.info[v].dep {
+                    recomputed += 1;
+                }
                 for (&x, qx) in self.g.nodes[v].inputs.iter().zip(operand_reqs(self.g, &self.info, v, &q)) {
                     stack.push((x, qx));
                 }
             }
         }
-        Ok(out)
+        Ok((out, recomputed))
     }
 }
 
@@ -565,7 +602,9 @@ struct Builder<'a, 'b> {
     seq_input: Option<Tensor>,
     rules: BTreeMap<&'static str, usize>,
     states: Vec<CachedValue>,
-    recomputed: usize,
+    /// Offer both ways where both are possible ([`IncrementalSpec::alternatives`]).
+    offer: bool,
+    alternatives: usize,
 }
 
 impl Builder<'_, '_> {
@@ -608,27 +647,36 @@ impl Builder<'_, '_> {
             return Ok(t);
         }
         let (_, keep) = self.d.cost(v, req)?;
-        let n = &self.d.g.nodes[v];
-        let t = if keep {
-            let nr = Deriver::new_req(req);
-            let rows = self.build(v, &nr)?;
-            let shape = self.d.dshape(v, req);
-            let axis = req.iter().position(|&q| q == ALL).unwrap_or(0);
-            let name = state_name(v);
-            let st = self.b.state(&name, &shape, n.dtype)?;
-            let pos = self.pos()?;
-            self.bump("cache");
-            let bytes = shape.iter().product::<usize>() * n.dtype.bytes_for(1).unwrap_or(4);
-            self.states.push(CachedValue { name, node: v, op: n.op.name(), shape, axis, bytes });
-            self.b.store_rows(st, rows, pos, axis)?
+        // Both ways, when the planner is to choose and both can be built.
+        let offer = self.offer && self.d.keepable(v, req) && self.d.cost(v, &Deriver::new_req(req)).is_ok() && matches!(self.d.recompute_cost(v, req), Ok(Some(_)));
+        let t = if offer {
+            let kept = self.keep_way(v, req)?;
+            let recomputed = self.apply(v, req)?;
+            self.alternatives += 1;
+            self.b.alternatives(&if keep { [kept, recomputed] } else { [recomputed, kept] })?
+        } else if keep {
+            self.keep_way(v, req)?
         } else {
-            if req.contains(&ALL) && !req.contains(&NEW) && self.d.info[v].dep {
-                self.recomputed += 1;
-            }
             self.apply(v, req)?
         };
         self.memo.insert((v, req.clone()), t);
         Ok(t)
+    }
+
+    /// `v`'s all rows from its state: the new rows appended in place.
+    fn keep_way(&mut self, v: NodeId, req: &Req) -> Result<Tensor, CompileError> {
+        let n = &self.d.g.nodes[v];
+        let nr = Deriver::new_req(req);
+        let rows = self.build(v, &nr)?;
+        let shape = self.d.dshape(v, req);
+        let axis = req.iter().position(|&q| q == ALL).unwrap_or(0);
+        let name = state_name(v);
+        let st = self.b.state(&name, &shape, n.dtype)?;
+        let pos = self.pos()?;
+        self.bump("cache");
+        let bytes = shape.iter().product::<usize>() * n.dtype.bytes_for(1).unwrap_or(4);
+        self.states.push(CachedValue { name, node: v, op: n.op.name(), shape, axis, bytes });
+        Ok(self.b.store_rows(st, rows, pos, axis)?)
     }
 
     /// The op's rule: derive operands, then the op on them.
@@ -700,12 +748,16 @@ pub fn derive(full: &Graph, spec: &IncrementalSpec, model: &dyn CostModel) -> Re
     }
     let info = analyse(full, &spec.input, cap)?;
     let mut d = Deriver { g: full, info, k, model, forbidden: BTreeSet::new(), forced: spec.states.clone(), memo: HashMap::new() };
+    // With alternatives the budget is the compiler's (`CompileOptions::cache_budget`): the
+    // first ways are the pass's choice without one.
+    let offering = spec.alternatives && spec.states.is_none();
+    let budget = if offering { None } else { spec.budget };
     // Fit the budget: drop the state whose bytes buy the least time, and choose again.
     loop {
         let chosen = d.chosen()?;
         let bytes_of = |d: &Deriver, v: NodeId, q: &Req| d.dshape(v, q).iter().product::<usize>() * d.g.nodes[v].dtype.bytes_for(1).unwrap_or(4);
         let total: usize = chosen.iter().map(|(&v, q)| bytes_of(&d, v, q)).sum();
-        match spec.budget {
+        match budget {
             Some(b) if total > b && d.forced.is_none() => {
                 let mut worst: Option<(f64, NodeId)> = None;
                 for (&v, q) in &chosen {
@@ -752,7 +804,8 @@ pub fn derive(full: &Graph, spec: &IncrementalSpec, model: &dyn CostModel) -> Re
         seq_input: None,
         rules: BTreeMap::new(),
         states: Vec::new(),
-        recomputed: 0,
+        offer: spec.alternatives && spec.states.is_none(),
+        alternatives: 0,
     };
     // The sequence input and the position come first, so plans list them first.
     let mut in_shape = full.nodes[inp].shape.clone();
@@ -766,8 +819,24 @@ pub fn derive(full: &Graph, spec: &IncrementalSpec, model: &dyn CostModel) -> Re
     for (name, t) in outs {
         bld.b.output(&name, t)?;
     }
-    let Builder { b, mut states, rules, recomputed, .. } = bld;
+    let Builder { b, states: mut candidates, rules, alternatives, .. } = bld;
+    let recomputed = d.decisions()?.1;
     let graph = b.finish()?;
-    states.sort_by_key(|s| s.node);
-    Ok(Incremental { graph, capacity: cap, new_rows: k, states, recomputed, rules, cost })
+    candidates.sort_by_key(|s| s.node);
+    // The pass's own choice: the states the first ways keep.
+    let states = if alternatives > 0 {
+        let first: BTreeSet<String> = graph
+            .resolve_alternatives()
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::State { name } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
+        candidates.iter().filter(|c| first.contains(&c.name)).cloned().collect()
+    } else {
+        candidates.clone()
+    };
+    Ok(Incremental { graph, capacity: cap, new_rows: k, states, candidates, alternatives, recomputed, rules, cost })
 }

@@ -88,6 +88,11 @@ pub struct CompileOptions {
     pub cost: CostSource,
     /// With more than one device: ops pinned to a device, and the planner's budget.
     pub placement: PlaceOptions,
+    /// Bytes the values kept between runs (states) may take on each device (`None`: no
+    /// limit). Where the graph offers keeping a value or recomputing it
+    /// ([`tg_ir::Op::Alternatives`], as [`incremental`] derives them), the `rewrite` stage's
+    /// extraction chooses under it (see [`tg_egraph::StateBudget`]).
+    pub cache_budget: Option<usize>,
 }
 
 /// How the planner places work when a graph is compiled for more than one device.
@@ -151,6 +156,7 @@ impl Default for CompileOptions {
             rewrite: RewriteOptions::default(),
             cost: CostSource::Estimate,
             placement: PlaceOptions::default(),
+            cache_budget: None,
         }
     }
 }
@@ -412,32 +418,52 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         };
         let mut ropts = opts.rewrite.clone();
         ropts.targets = tg_egraph::Targets(devices.to_vec());
-        let (g, r, classes, placement) = if devices.len() > 1 {
+        let (g, r, classes, kept, placement) = if devices.len() > 1 {
             place::rewrite_placed(graph, devices, opts, base, &ropts, record)?
         } else {
             let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
-            let (g, r, classes) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel))?;
+            let (g, r, classes, kept) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel), opts.cache_budget)?;
             if let (Some(out), Some(rec)) = (record, recording) {
                 out.extend(rec.keys.into_inner().unwrap_or_default());
             }
-            (g, r, classes, None)
+            (g, r, classes, kept, None)
         };
-        // State updates are effects seen by the next run: extraction must keep every one.
-        let stores = |g: &Graph| g.nodes.iter().filter(|n| matches!(n.op, tg_ir::Op::StoreRows { .. })).count();
-        if stores(&g) != stores(graph) {
-            return Err(CompileError::Invalid(format!("rewriting kept {} of {} state updates", stores(&g), stores(graph))));
+        let names: Vec<String> = devices.iter().map(|d| d.name().to_string()).collect();
+        let kept_line = rewrite::kept_summary(&kept, opts.cache_budget, &names);
+        // State updates are effects seen by the next run: extraction must keep every one
+        // that runs whatever reads it (where the graph offers alternatives, the others are
+        // chosen with their readers).
+        let required = graph.effect_roots().iter().filter(|&&r| r).count();
+        let kept = g.nodes.iter().filter(|n| matches!(n.op, tg_ir::Op::StoreRows { .. })).count();
+        if kept < required {
+            return Err(CompileError::Invalid(format!("rewriting kept {kept} of {required} state updates")));
         }
         if let Some((pl, rep)) = placement {
             place = Some(place::node_placement(&g, &classes, &pl));
             report.placement = Some(rep);
         }
         rewritten = g;
-        report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: rewrite::summary(&r) });
+        report.stages.push(StageReport { name: "rewrite".into(), ran: true, micros: t.us(), summary: format!("{}{kept_line}", rewrite::summary(&r)) });
         report.rewrite = Some(r);
         &rewritten
     } else {
         report.stages.push(skipped("rewrite"));
-        graph
+        if graph.has_alternatives() {
+            // Nothing chooses: each alternatives node is its first way.
+            rewritten = graph.resolve_alternatives();
+            if let Some(b) = opts.cache_budget {
+                let bytes: usize =
+                    rewritten.nodes.iter().filter(|n| matches!(n.op, tg_ir::Op::State { .. })).map(|n| n.dtype.bytes_for(n.shape.iter().product()).unwrap_or(usize::MAX)).sum();
+                if bytes > b {
+                    return Err(CompileError::Options(format!(
+                        "the first ways of the graph's alternatives keep {bytes} bytes of states, over the cache budget of {b}; the budget is met by the rewrite stage's extraction, which is switched off"
+                    )));
+                }
+            }
+            &rewritten
+        } else {
+            graph
+        }
     };
 
     let t = Timer::start();

@@ -254,6 +254,7 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
             }
             // Bound on each device that reads it (see `Lowerer::operand`).
             Op::Weight { .. } => continue,
+            Op::Alternatives => return Err(CompileError::Invalid(format!("node {i}: alternatives reached lowering unresolved"))),
             Op::State { name } => {
                 let buf = l.new_buffer(VKind::State(name.clone()), shape, n.dtype, i)?;
                 TensorRef { buffer: buf, layout: Layout::contiguous(shape, n.dtype) }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tg_egraph::{CostModel, Id, Pin, PlaceTarget, Placement, PlacingExtractor, RewriteOptions, RewriteReport};
+use tg_egraph::{BudgetReport, CostModel, Id, Pin, PlaceTarget, Placement, PlacingExtractor, RewriteOptions, RewriteReport, StateBudget};
 use tg_ir::Graph;
 use tg_runtime::Device;
 
@@ -30,7 +30,7 @@ pub(crate) fn resolve_device(devices: &[Arc<dyn Device>], name: &str) -> Result<
     })
 }
 
-type Rewrite = (Graph, RewriteReport, Vec<Id>, Option<(Placement, PlacementReport)>);
+type Rewrite = (Graph, RewriteReport, Vec<Id>, BudgetReport, Option<(Placement, PlacementReport)>);
 
 /// The `rewrite` stage over several devices: saturation as for one, then extraction by the
 /// planner placing every op. `home_cost` is the first device's model (the compile's cost
@@ -115,7 +115,20 @@ pub(crate) fn rewrite_placed(
     let targets: Vec<PlaceTarget> = devices.iter().zip(&costs).zip(&offered).map(|((d, &cost), &offered)| PlaceTarget { device: d.clone(), cost, offered }).collect();
     let limits = tg_planner::Limits { time: opts.placement.budget, ..Default::default() };
     let ex = PlacingExtractor { targets, links, pins, state_devices, quantize_activations: q8, limits, placement: Default::default() };
-    let (g, r, classes) = crate::rewrite::run_with(graph, ropts, &ex)?;
+    let quick = tg_egraph::GreedyDagExtractor::new(crate::cost::Lent(home_cost));
+    let device_of = |c: Id| ex.placement.borrow().as_ref().and_then(|p| p.classes.get(&c).map(|p| p.device)).unwrap_or(0);
+    let budgeted = StateBudget {
+        inner: &ex,
+        // Rounds before the planner's first answer price everything on the home device (no
+        // placement yet, so every state counts there: conservative); then the planner's.
+        quick: Some(&quick),
+        budgets: vec![opts.cache_budget.map(|b| b as u64); devices.len()],
+        device_of: Some(&device_of),
+        cost: home_cost,
+        report: Default::default(),
+    };
+    let (g, r, classes) = crate::rewrite::run_with(graph, ropts, &budgeted)?;
+    let kept = budgeted.report.into_inner();
     let placement = ex.placement.into_inner().ok_or_else(|| CompileError::Invalid("the planner returned no placement".into()))?;
     if let (Some(out), Some(recs)) = (record, &recordings) {
         for rec in recs {
@@ -125,7 +138,7 @@ pub(crate) fn rewrite_placed(
     let lower_bound_ns = r.extraction_proof.map_or(0, |p| p.lower_bound as u64);
     let rep =
         PlacementReport { devices: devices.iter().map(|d| (d.name().to_string(), 0, 0)).collect(), makespan_ns: placement.makespan, lower_bound_ns, notes, states: Vec::new() };
-    Ok((g, r, classes, Some((placement, rep))))
+    Ok((g, r, classes, kept, Some((placement, rep))))
 }
 
 /// Per node of the extracted graph `g` (whose nodes belong to `classes`): the device and

@@ -3,18 +3,46 @@
 
 use crate::cost::Lent;
 use crate::CompileError;
-use tg_egraph::{CostModel, EgraphError, PlannerExtractor, RewriteOptions, RewriteReport};
+use tg_egraph::{BudgetReport, CostModel, EgraphError, GreedyDagExtractor, PlannerExtractor, RewriteOptions, RewriteReport, StateBudget};
 use tg_ir::Graph;
 
 /// Prefix of `CompileOptions::disabling` names that switch off a rule family or rule
 /// (`rewrite:fusion`, `rewrite:fusion.rope`, `rewrite:fuse-softmax`).
 pub(crate) const PREFIX: &str = "rewrite:";
 
-/// Rewrites `graph`, extracting with the planner (its default limits) over `cost`; the
-/// result is verified.
-pub(crate) fn run(graph: &Graph, opts: &RewriteOptions, cost: &dyn CostModel) -> Result<(Graph, RewriteReport, Vec<tg_egraph::Id>), CompileError> {
+/// Rewrites `graph`, extracting with the planner (its default limits) over `cost`, the kept
+/// states under `cache_budget`; the result is verified.
+pub(crate) fn run(
+    graph: &Graph,
+    opts: &RewriteOptions,
+    cost: &dyn CostModel,
+    cache_budget: Option<usize>,
+) -> Result<(Graph, RewriteReport, Vec<tg_egraph::Id>, BudgetReport), CompileError> {
     let ex = PlannerExtractor { cost: Lent(cost), limits: PlannerExtractor::default().limits };
-    run_with(graph, opts, &ex)
+    let quick = GreedyDagExtractor::new(Lent(cost));
+    let budgeted = StateBudget { inner: &ex, quick: Some(&quick), budgets: vec![cache_budget.map(|b| b as u64)], device_of: None, cost, report: Default::default() };
+    let (g, r, classes) = run_with(graph, opts, &budgeted)?;
+    Ok((g, r, classes, budgeted.report.into_inner()))
+}
+
+/// The kept-state part of the stage summary.
+pub(crate) fn kept_summary(b: &BudgetReport, budget: Option<usize>, devices: &[String]) -> String {
+    if b.kept.is_empty() && b.dropped.is_empty() {
+        return String::new();
+    }
+    let mut per: Vec<(usize, u64)> = vec![(0, 0); devices.len().max(1)];
+    for k in &b.kept {
+        if let Some(e) = per.get_mut(k.device) {
+            e.0 += 1;
+            e.1 += k.bytes;
+        }
+    }
+    let per: Vec<String> = per.iter().enumerate().map(|(d, (n, by))| format!("{n} on {} ({} KiB)", devices.get(d).map_or("?", |s| s.as_str()), by / 1024)).collect();
+    let budget = match budget {
+        Some(x) => format!(", cache budget {} KiB per device: {} dropped in {} rounds", x / 1024, b.dropped.len(), b.rounds),
+        None => String::new(),
+    };
+    format!("; kept states {}{budget}", per.join(", "))
 }
 
 /// Rewrites `graph`, extracting with `ex`; the result is verified. Also returns the e-class

@@ -160,6 +160,7 @@ fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOption
         "cost": cost_key(&opts.cost),
         "devices": devices.iter().map(|d| format!("{}/{}/{}", d.name(), d.threads(), d.fingerprint())).collect::<Vec<_>>(),
         "placement": [format!("{:?}", opts.placement.pins), opts.placement.budget.as_millis().to_string(), format!("{:?}", opts.placement.states)],
+        "cache_budget": opts.cache_budget,
     });
     let g = serde_json::to_string(graph).unwrap_or_default();
     format!("{meta}\n{g}")

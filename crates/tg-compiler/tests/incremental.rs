@@ -153,7 +153,7 @@ fn model(c: &Cfg, seq: usize) -> Graph {
 }
 
 fn spec(k: usize, states: Option<BTreeSet<String>>, budget: Option<usize>) -> IncrementalSpec {
-    IncrementalSpec { input: "tokens".into(), new_rows: k, budget, states }
+    IncrementalSpec { input: "tokens".into(), new_rows: k, budget, states, alternatives: false }
 }
 
 fn feed(tokens: &[u32], pos: usize) -> HashMap<String, HostTensor> {
@@ -282,7 +282,9 @@ fn graphs_that_are_not_causal_are_refused() {
     // A capacity equal to a feature size is ambiguous, and refused.
     let e = derive(&model(&CFG, CFG.d), &spec(1, None, None), &KernelCost::default()).unwrap_err().to_string();
     assert!(e.contains("another capacity"), "{e}");
-    let e = derive(&model(&CFG, 10), &IncrementalSpec { input: "nope".into(), new_rows: 1, budget: None, states: None }, &KernelCost::default()).unwrap_err().to_string();
+    let e = derive(&model(&CFG, 10), &IncrementalSpec { input: "nope".into(), new_rows: 1, budget: None, states: None, alternatives: false }, &KernelCost::default())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("no input"), "{e}");
 }
 
@@ -326,4 +328,87 @@ fn compiled_incremental_plans_match_the_reference_on_the_cpu() {
         let e = step.run_with_states(&feed(&seq[..1], cap), &mut states).unwrap_err().to_string();
         assert!(e.contains("past"), "{e}");
     }
+}
+
+/// States of a compiled plan, by name.
+fn plan_states(plan: &tg_runtime::Plan) -> BTreeSet<String> {
+    plan.buffers
+        .iter()
+        .filter_map(|b| match &b.storage {
+            tg_runtime::Storage::State { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With alternatives, the derivation offers both ways of every value that may be kept and
+/// the compiler's extraction chooses: with no budget it keeps what the pass would (the keys
+/// and values of every layer), under a cache budget it keeps less and recomputes, and the
+/// plans stay correct against the full graph either way; a budget that nothing recomputable
+/// can meet is refused with the bytes.
+#[test]
+fn the_planner_chooses_the_kept_states_under_a_cache_budget() {
+    let c = CFG;
+    let cap = 20;
+    let w = weights(&c, 11);
+    let full = model(&c, cap);
+    let alt = derive(&full, &IncrementalSpec { alternatives: true, ..spec(1, None, None) }, &KernelCost::default()).unwrap();
+    let dp = derive(&full, &spec(1, None, None), &KernelCost::default()).unwrap();
+    println!("{}", alt.summary());
+    for v in &alt.candidates {
+        println!("  candidate {} {} {:?} axis {}", v.name, v.op, v.shape, v.axis);
+    }
+    assert!(alt.alternatives > 0 && alt.candidates.len() > alt.states.len(), "{}", alt.summary());
+    assert_eq!(alt.state_names(), dp.state_names(), "the first ways are the pass's own choice");
+    assert!(alt.graph.nodes.iter().any(|n| matches!(n.op, tg_ir::Op::Alternatives)));
+    let seq: Vec<u32> = (0..16u32).map(|i| (i * 5 + 2) % c.vocab as u32).collect();
+    // The interpreter takes the first ways.
+    let mut st = HashMap::new();
+    for pos in 0..4 {
+        let got = eval_with_states(&alt.graph, &feed(&seq[pos..pos + 1], pos), &w, &mut st).unwrap().remove("logits").unwrap();
+        assert!(max_diff(&got.data, &reference(&c, &w, &seq[..pos + 1], pos)) < 1e-9);
+    }
+    assert_eq!(st.keys().cloned().collect::<BTreeSet<_>>(), dp.state_names());
+
+    let dev: Arc<dyn Device> = Arc::new(CpuDevice::new(2).unwrap());
+    let store: Arc<dyn tg_ir::WeightStore + Send> = Arc::new(w.clone());
+    let estimate = |g: &Graph, opts: &CompileOptions| compile(g, std::slice::from_ref(&dev), opts).unwrap().report.rewrite.unwrap().cost_out_search;
+    let run = |opts: &CompileOptions| -> (BTreeSet<String>, usize) {
+        let compiled = compile(&alt.graph, std::slice::from_ref(&dev), opts).unwrap();
+        let rewrite = compiled.report.stages.iter().find(|s| s.name == "rewrite").unwrap();
+        println!("{}", rewrite.summary);
+        let names = plan_states(&compiled.plan);
+        let bytes = compiled.plan.buffers.iter().filter(|b| matches!(b.storage, tg_runtime::Storage::State { .. })).map(|b| b.bytes).sum();
+        let mut e = Executable::new(compiled.plan, vec![dev.clone()], store.clone()).unwrap();
+        e.set_poison(true);
+        let mut states = StateSet::new();
+        for pos in 0..seq.len() {
+            let out = e.run_with_states(&feed(&seq[pos..pos + 1], pos), &mut states).unwrap().remove("logits").unwrap();
+            let diff = max_diff(&out.to_f64(), &reference(&c, &w, &seq[..pos + 1], pos));
+            assert!(diff < 1e-4, "position {pos}: {diff}");
+        }
+        (names, bytes)
+    };
+    let (free, free_bytes) = run(&CompileOptions::default());
+    // No budget: as many states as the pass keeps, of the same bytes (each layer's keys and
+    // values, though the planner may keep them in another layout: before the permute the
+    // fused attention reads through), and a plan no dearer than the pass's.
+    assert_eq!(free.len(), 2 * c.layers);
+    assert_eq!(free_bytes, dp.state_bytes());
+    let (chosen, pass) = (estimate(&alt.graph, &CompileOptions::default()), estimate(&dp.graph, &CompileOptions::default()));
+    println!("planner's choice est. {chosen:.0} ns, the pass's {pass:.0} ns");
+    assert!(chosen <= pass * 1.000001, "{chosen} vs {pass}");
+    let (off, _) = run(&CompileOptions::disabling(&["rewrite"]).unwrap());
+    assert_eq!(off, dp.state_names(), "nothing chooses: the first ways");
+    let budget = free_bytes / 2;
+    let (tight, tight_bytes) = run(&CompileOptions { cache_budget: Some(budget), ..Default::default() });
+    println!("budget {budget}: kept {tight:?} ({tight_bytes} bytes) of {free:?} ({free_bytes})");
+    assert!(tight_bytes <= budget && tight.len() < free.len() && !tight.is_empty());
+    // The prompt plan of the same session keeps exactly what the planner chose.
+    let prompt = derive(&full, &spec(5, Some(tight.clone()), None), &KernelCost::default()).unwrap();
+    assert_eq!(prompt.state_names(), tight);
+    // Only the tokens' state cannot be recomputed (an input's rows); less than it is refused.
+    let e = compile(&alt.graph, std::slice::from_ref(&dev), &CompileOptions { cache_budget: Some(8), ..Default::default() }).unwrap_err().to_string();
+    println!("{e}");
+    assert!(e.contains("cache budget of 8"), "{e}");
 }

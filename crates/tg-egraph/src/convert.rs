@@ -52,7 +52,7 @@ pub fn enode_of(n: &Node, map: &[Option<Id>]) -> Result<ENode, EgraphError> {
 }
 
 /// Loads the live part of a (verified) graph into a fresh e-graph. Structurally identical
-/// nodes become one class.
+/// nodes become one class, and so do the ways of an [`tg_ir::Op::Alternatives`].
 pub fn load(graph: &Graph) -> Result<Loaded, EgraphError> {
     tg_ir::verify(graph)?;
     let mut egraph = TEGraph::new(TensorAnalysis::default());
@@ -61,6 +61,18 @@ pub fn load(graph: &Graph) -> Result<Loaded, EgraphError> {
     let mut positions = HashMap::new();
     for (i, n) in graph.nodes.iter().enumerate() {
         if !live[i] {
+            continue;
+        }
+        if matches!(n.op, tg_ir::Op::Alternatives) {
+            // The ways are one value: one class, and extraction keeps one of its nodes.
+            let ways: Vec<Id> =
+                n.inputs.iter().map(|&x| map[x].ok_or_else(|| EgraphError::Internal(format!("way {x} of alternatives {i} is not loaded")))).collect::<Result<_, _>>()?;
+            let mut id = ways[0];
+            for &w in &ways[1..] {
+                egraph.union(id, w);
+                id = egraph.find(id);
+            }
+            map[i] = Some(id);
             continue;
         }
         let id = egraph.add(enode_of(n, &map)?);

@@ -83,6 +83,8 @@ fn variant(op: &Op) -> u8 {
         Op::MatMulAdd { .. } => 26,
         Op::State { .. } => 27,
         Op::StoreRows { .. } => 28,
+        // Never an e-node (loading unions its ways), but ordered all the same.
+        Op::Alternatives => 29,
     }
 }
 
@@ -117,7 +119,7 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
         Op::Concat { axis } => (None, v(&[*axis as u64])),
         Op::RmsNorm { eps_bits } | Op::RmsNormRopeNeox { eps_bits } | Op::AddRmsNorm { eps_bits } => (None, v(&[*eps_bits])),
         Op::Attention { scale_bits } | Op::AttentionSeqMajor { scale_bits } => (None, v(&[*scale_bits])),
-        Op::Where | Op::Reshape | Op::Expand | Op::Gather | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax => (None, SmallVec::new()),
+        Op::Where | Op::Alternatives | Op::Reshape | Op::Expand | Op::Gather | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax => (None, SmallVec::new()),
     }
 }
 

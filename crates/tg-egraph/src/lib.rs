@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod analysis;
+mod budget;
 mod convert;
 pub mod extract;
 mod lang;
@@ -49,6 +50,7 @@ pub use tg_runtime::Operand;
 pub(crate) fn operands<'a>(eg: &'a TEGraph, n: &ENode) -> Vec<Operand<'a>> {
     n.children.iter().map(|&ch| Operand { shape: &eg[ch].data.shape, dtype: eg[ch].data.dtype, weight: eg[ch].data.weight }).collect()
 }
+pub use budget::{kept_states, BudgetReport, KeptState, StateBudget};
 pub use convert::{build_graph, build_graph_classes, canonical_outputs, enode_of, load, Choice, Loaded};
 pub use egg::Id;
 pub use extract::{graph_cost, CostModel, Extraction, Extractor, GreedyDagExtractor, KernelCost, Proof};

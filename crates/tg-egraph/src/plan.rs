@@ -219,7 +219,7 @@ fn runs_on(egraph: &TEGraph, n: &crate::ENode, out: &crate::ClassData, device: &
 }
 
 /// The name of the state an `Op::StoreRows` e-node updates (its first child's `Op::State`).
-fn updated_state(egraph: &TEGraph, n: &crate::ENode) -> Option<String> {
+pub(crate) fn updated_state(egraph: &TEGraph, n: &crate::ENode) -> Option<String> {
     let c = *n.children.first()?;
     egraph[c].nodes.iter().find_map(|m| match &m.op {
         Op::State { name } => Some(name.clone()),

@@ -277,7 +277,8 @@ pub fn rewrite_with(graph: &Graph, opts: &RewriteOptions, extractor: &dyn Extrac
         extraction_proof: ex.proof,
         nodes_in: live,
         nodes_out: out.nodes.len(),
-        cost_in: graph_cost(graph, &model),
+        // What the graph computes as given: each alternatives node its first way.
+        cost_in: if graph.has_alternatives() { graph_cost(&graph.resolve_alternatives(), &model) } else { graph_cost(graph, &model) },
         cost_out: graph_cost(&out, &model),
         cost_out_search: ex.cost,
         fused,

@@ -88,16 +88,12 @@ impl Graph {
     }
 
     /// Nodes that some output or some state update ([`Op::StoreRows`], whose effect is seen
-    /// by the next run) depends on (a mask over node ids).
+    /// by the next run) depends on (a mask over node ids); state updates as
+    /// [`Graph::effect_roots`] says.
     pub fn live_mask(&self) -> Vec<bool> {
-        let mut live = vec![false; self.nodes.len()];
+        let mut live = self.effect_roots();
         for (_, o) in &self.outputs {
             live[*o] = true;
-        }
-        for (i, n) in self.nodes.iter().enumerate() {
-            if matches!(n.op, Op::StoreRows { .. }) {
-                live[i] = true;
-            }
         }
         for i in (0..self.nodes.len()).rev() {
             if live[i] {
@@ -109,6 +105,66 @@ impl Graph {
         live
     }
 
+    /// The state updates that must run whatever reads them: every [`Op::StoreRows`]; in a
+    /// graph with [`Op::Alternatives`], only those nothing reads. There an update that is
+    /// read runs where its reader does: an update read only by ways not taken (the rows of
+    /// a state that only recomputing another value needs) is not part of the run.
+    pub fn effect_roots(&self) -> Vec<bool> {
+        let alternatives = self.has_alternatives();
+        let mut read = vec![false; self.nodes.len()];
+        if alternatives {
+            for n in &self.nodes {
+                for &x in &n.inputs {
+                    read[x] = true;
+                }
+            }
+        }
+        self.nodes.iter().zip(&read).map(|(n, &r)| matches!(n.op, Op::StoreRows { .. }) && !r).collect()
+    }
+
+    /// True if some node offers [`Op::Alternatives`].
+    pub fn has_alternatives(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(n.op, Op::Alternatives))
+    }
+
+    /// The graph with every [`Op::Alternatives`] replaced by its first way, and what only
+    /// the other ways needed dropped (node order kept). What a graph computes when nothing
+    /// chooses among its alternatives.
+    pub fn resolve_alternatives(&self) -> Graph {
+        // Follow first ways to a node that is not an alternatives node.
+        let mut rep: Vec<NodeId> = (0..self.nodes.len()).collect();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if matches!(n.op, Op::Alternatives) {
+                if let Some(&first) = n.inputs.first() {
+                    rep[i] = rep[first];
+                }
+            }
+        }
+        let mut live = self.effect_roots();
+        for (_, o) in &self.outputs {
+            live[rep[*o]] = true;
+        }
+        for i in (0..self.nodes.len()).rev() {
+            if live[i] {
+                for &x in &self.nodes[i].inputs {
+                    live[rep[x]] = true;
+                }
+            }
+        }
+        let mut map = vec![usize::MAX; self.nodes.len()];
+        let mut out = Graph::default();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if live[i] && !matches!(n.op, Op::Alternatives) {
+                let mut n = n.clone();
+                n.inputs = n.inputs.iter().map(|&x| map[rep[x]]).collect();
+                map[i] = out.nodes.len();
+                out.nodes.push(n);
+            }
+        }
+        out.outputs = self.outputs.iter().map(|(name, o)| (name.clone(), map[rep[*o]])).collect();
+        out
+    }
+
     /// Count of nodes per op name (for reports).
     pub fn op_histogram(&self) -> Vec<(String, usize)> {
         let mut h: HashMap<String, usize> = HashMap::new();
@@ -117,6 +173,7 @@ impl Graph {
                 Op::Input { .. } => "input".to_string(),
                 Op::Weight { .. } => "weight".to_string(),
                 Op::Constant { .. } => "const".to_string(),
+                Op::State { .. } => "state".to_string(),
                 Op::Iota { .. } => "iota".to_string(),
                 Op::Slice { .. } => "slice".to_string(),
                 Op::Concat { .. } => "concat".to_string(),
@@ -331,6 +388,12 @@ impl GraphBuilder {
     /// run ([`Op::StoreRows`]).
     pub fn store_rows(&mut self, state: Tensor, rows: Tensor, offset: Tensor, axis: usize) -> Result<Tensor, IrError> {
         self.push(Op::StoreRows { axis }, &[state, rows, offset], None)
+    }
+
+    /// One value offered in several equivalent ways ([`Op::Alternatives`]; the first is
+    /// the value).
+    pub fn alternatives(&mut self, ways: &[Tensor]) -> Result<Tensor, IrError> {
+        self.push(Op::Alternatives, ways, None)
     }
 
     /// Row lookup `table[ids]`.

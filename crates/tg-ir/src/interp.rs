@@ -104,6 +104,8 @@ fn eval_node<'w>(
             }
         }
         Op::Constant { bits } => out(vec![round_to(n.dtype, f64::from_bits(*bits))]),
+        // Graphs with alternatives are evaluated resolved (see `eval_with_states`).
+        Op::Alternatives => out(dense(0)?.data),
         Op::State { name } => match states.get(name) {
             Some(a) if a.shape == n.shape && a.dtype == n.dtype => out(a.data.clone()),
             Some(a) => Err(err(i, n, format!("state '{name}' holds {:?} {}, graph wants {:?} {}", a.shape, a.dtype, n.shape, n.dtype))),
@@ -438,6 +440,9 @@ pub fn eval_with_states(
     states: &mut HashMap<String, Array>,
 ) -> Result<HashMap<String, Array>, IrError> {
     crate::verify(graph)?;
+    if graph.has_alternatives() {
+        return eval_with_states(&graph.resolve_alternatives(), inputs, weights, states);
+    }
     let live = graph.live_mask();
     let mut last_use = vec![0usize; graph.nodes.len()];
     for (i, n) in graph.nodes.iter().enumerate() {

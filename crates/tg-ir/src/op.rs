@@ -206,6 +206,14 @@ pub enum Op {
         /// The axis rows are written along.
         axis: usize,
     },
+    /// One value computed in several equivalent ways, one per input: the value is the first
+    /// input's, and every input equals it wherever a reader of the value looks (for the
+    /// incremental derivation's "keep a state" and "recompute every row": on the rows
+    /// `0..m`; see `tg_compiler::incremental`). The `rewrite` stage puts the inputs in one
+    /// e-class and its extraction keeps one of them; without it the first is taken
+    /// ([`crate::Graph::resolve_alternatives`]). No kernel implements it. Inputs: ≥ 1, all
+    /// of one shape and dtype.
+    Alternatives,
     /// Rows of a rank-2 table selected by i32 indices: `out[ids.., :] = table[ids[..], :]`.
     /// Inputs: `[table, ids]`; output f32 of shape `ids.shape + [row_len]`.
     Gather,
@@ -300,6 +308,7 @@ impl Op {
             Op::Gather => "gather".into(),
             Op::State { name } => format!("state:{name}"),
             Op::StoreRows { axis } => format!("store_rows[{axis}]"),
+            Op::Alternatives => "alternatives".into(),
             Op::RmsNorm { .. } => "rms_norm".into(),
             Op::RopeNeox => "rope_neox".into(),
             Op::RmsNormRopeNeox { .. } => "rms_norm_rope_neox".into(),

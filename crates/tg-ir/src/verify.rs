@@ -276,6 +276,13 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             }
             Ok((s.to_vec(), d))
         }
+        Op::Alternatives => {
+            let Some(&(s, d)) = ins.first() else { return Err(shape_err(op, "needs at least one way".into())) };
+            if let Some((k, (t, e))) = ins.iter().enumerate().find(|(_, (t, e))| *t != s || *e != d) {
+                return Err(shape_err(op, format!("way {k} is {t:?} {e}, the first {s:?} {d}")));
+            }
+            Ok((s.to_vec(), d))
+        }
         Op::Gather => {
             arity(op, ins, 2)?;
             let (t, dt) = ins[0];

@@ -218,3 +218,35 @@ fn byte_sizes_are_checked() {
     let t = HostTensor::f32(&[2, (1 << 63) + 1], vec![0.0; 2]).unwrap_err().to_string();
     assert!(t.contains("overflows usize"), "{t}");
 }
+
+/// `Op::Alternatives`: ways of one shape and dtype; what a graph computes when nothing
+/// chooses is the first way; a state update offered as a way runs only if that way is taken.
+#[test]
+fn alternatives_resolve_to_their_first_way() {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", &[4], DType::F32).unwrap();
+    let pos = b.input("pos", &[1], DType::I32).unwrap();
+    let st = b.state("s", &[4], DType::F32).unwrap();
+    let row = b.slice(x, 0, 0, 1).unwrap();
+    let kept = b.store_rows(st, row, pos, 0).unwrap();
+    let recomputed = b.unary(UnaryOp::Neg, x).unwrap();
+    let recomputed = b.unary(UnaryOp::Neg, recomputed).unwrap();
+    let bad = b.slice(x, 0, 0, 2).unwrap();
+    assert!(b.alternatives(&[kept, bad]).unwrap_err().to_string().contains("way 1"));
+    let either = b.alternatives(&[recomputed, kept]).unwrap();
+    b.output("y", either).unwrap();
+    let g = b.finish().unwrap();
+    assert!(g.has_alternatives());
+    // Every way is live; the state update is no effect of its own.
+    assert!(g.live_mask().iter().enumerate().all(|(i, &l)| l == (i != bad)));
+    assert!(g.effect_roots().iter().all(|&r| !r));
+    let r = g.resolve_alternatives();
+    verify(&r).unwrap();
+    assert!(!r.has_alternatives());
+    assert!(!r.nodes.iter().any(|n| matches!(n.op, Op::State { .. } | Op::StoreRows { .. })), "the second way's state update is dropped");
+    let inputs = HashMap::from([("x".to_string(), HostTensor::f32(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap()), ("pos".to_string(), HostTensor::i32(&[1], vec![0]).unwrap())]);
+    let mut states = HashMap::new();
+    let y = tg_ir::interp::eval_with_states(&g, &inputs, &HashMap::<String, Vec<u8>>::new(), &mut states).unwrap().remove("y").unwrap();
+    assert_eq!(y.data, vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(states.is_empty(), "the interpreter takes the first way: nothing stored");
+}

@@ -44,9 +44,18 @@ impl<K: Hash + Eq> PlanCache<K> {
         self.store = store;
     }
 
-    /// New options apply to plans compiled from now on: the cache is cleared.
+    /// New options apply to plans compiled from now on: the cache is cleared. The cache
+    /// budget stays as [`PlanCache::set_cache_budget`] set it (the session owns it).
     pub(crate) fn set_options(&mut self, o: CompileOptions) {
-        self.options = o;
+        let budget = self.options.cache_budget;
+        self.options = CompileOptions { cache_budget: budget, ..o };
+        self.plans.clear();
+    }
+
+    /// Bytes the kept states may take on each device, for plans compiled from now on (the
+    /// cache is cleared).
+    pub(crate) fn set_cache_budget(&mut self, bytes: Option<usize>) {
+        self.options.cache_budget = bytes;
         self.plans.clear();
     }
 

@@ -20,12 +20,26 @@ use tg_compiler::incremental::{derive, CachedValue, Incremental, IncrementalSpec
 use tg_ir::HostTensor;
 use tg_runtime::{Device, StateSet};
 
-/// Derives `model`'s run of `k` appended tokens at capacity `cap`, keeping `states` (or
-/// choosing them when `None`).
+/// Derives `model`'s run of `k` appended tokens at capacity `cap`, keeping `states`; with
+/// `None`, every value that may be kept or recomputed is offered both ways, for the
+/// compiler's planner to choose under measured kernel times and the cache budget.
 fn derive_step(model: &Gemma3, k: usize, cap: usize, states: Option<BTreeSet<String>>) -> Result<Incremental, ModelError> {
     let full = build_graph(&model.config, &*model.file, cap, Logits::Last)?;
-    let spec = IncrementalSpec { input: "tokens".into(), new_rows: k, budget: model.session.budget, states };
+    // The cache budget is the compiler's (`PlanCache::set_cache_budget`); a given state set
+    // was chosen under it.
+    let spec = IncrementalSpec { input: "tokens".into(), new_rows: k, budget: None, alternatives: states.is_none(), states };
     Ok(derive(&full, &spec, &tg_compiler::KernelCost::default())?)
+}
+
+/// The kept states of a compiled plan (names).
+fn plan_states(plan: &tg_runtime::Plan) -> BTreeSet<String> {
+    plan.buffers
+        .iter()
+        .filter_map(|b| match &b.storage {
+            tg_runtime::Storage::State { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Smallest capacity step.
@@ -56,13 +70,12 @@ pub(crate) struct Session {
     /// Tokens whose rows `0..len` the states hold.
     tokens: Vec<u32>,
     capacity: usize,
-    /// The states every plan of this model keeps (chosen once, by the one-token plan).
+    /// The states every plan of this model keeps (chosen once, by the planner compiling
+    /// the one-token plan).
     names: Option<BTreeSet<String>>,
     /// Their layouts at the current capacity.
     layout: Vec<CachedValue>,
-    /// Bytes the states may take (`None`: no limit).
-    budget: Option<usize>,
-    /// The one-token derivation that chose the states, kept for compiling that plan.
+    /// The one-token derivation at a new capacity, kept for compiling that plan.
     one_token: Option<Incremental>,
     /// Generation goes through this path.
     pub(crate) enabled: bool,
@@ -83,7 +96,6 @@ impl Session {
             capacity: 0,
             names: None,
             layout: Vec::new(),
-            budget: None,
             one_token: None,
             enabled: true,
             last_compiled_incremental: false,
@@ -106,10 +118,10 @@ impl Gemma3 {
         self.session.enabled
     }
 
-    /// Limits the bytes the kept states may take; the derivation then keeps less and
-    /// recomputes more (`None`: no limit). Forgets the session.
+    /// Limits the bytes the kept states may take on each device; the planner then keeps less
+    /// and recomputes more (`None`: no limit). Forgets the session.
     pub fn set_cache_budget(&mut self, bytes: Option<usize>) {
-        self.session.budget = bytes;
+        self.session.plans.set_cache_budget(bytes);
         self.forget_states();
     }
 
@@ -148,14 +160,16 @@ impl Gemma3 {
         c.min(self.config.context_length.max(len))
     }
 
-    /// The derived graph of a run appending `k` tokens to a sequence of capacity `cap`,
-    /// keeping the states the derivation chooses under this model's budget (what
-    /// generation compiles; `tg plan --incremental` and `tg profile` show and measure it).
+    /// The derived graph of a run appending `k` tokens to a sequence of capacity `cap`, with
+    /// every value that may be kept offered both ways (what the planner chooses from when
+    /// generation compiles its first plan; `tg plan --incremental` and `tg profile` show and
+    /// measure it).
     pub fn incremental_graph(&self, k: usize, cap: usize) -> Result<Incremental, ModelError> {
         derive_step(self, k, cap, None)
     }
 
-    /// Chooses the kept states (once per model and budget) and grows them to `cap`.
+    /// Chooses the kept states (once per model and budget: the planner, compiling the
+    /// one-token plan) and grows them to `cap`.
     fn ensure_capacity(&mut self, cap: usize) -> Result<(), ModelError> {
         if self.session.names.is_some() && self.session.capacity == cap {
             return Ok(());
@@ -164,25 +178,39 @@ impl Gemma3 {
         let one = derive_step(self, 1, cap, self.session.names.clone())?;
         self.session.compile_ms += t.elapsed().as_secs_f64() * 1e3;
         let old_cap = self.session.capacity;
+        let weights = self.weights.clone();
         let s = &mut self.session;
+        // Plans of another capacity are of no use any more.
+        s.plans.clear();
         if s.names.is_some() && old_cap > 0 {
             for v in &one.states {
                 let outer: usize = v.shape[..v.axis].iter().product();
                 let row_bytes = v.bytes / (outer * v.shape[v.axis]).max(1);
                 s.states.resize_rows(&v.name, outer, old_cap, cap, row_bytes)?;
             }
+            s.names = Some(one.state_names());
+            s.layout = one.states.clone();
+            s.derivation = one.summary();
+            s.one_token = Some(one);
         } else {
             s.states.clear();
             s.tokens.clear();
             s.plans.unpin_states();
+            // The planner chooses: compile the one-token plan now, and keep what it keeps.
+            let t = Instant::now();
+            let (summary, candidates) = (one.summary(), one.candidates.clone());
+            let exe = s.plans.get_or_compile((1, cap), weights, || Ok(one.graph))?;
+            let names = plan_states(exe.plan());
+            let pins = state_devices(exe.plan());
+            s.compile_ms += t.elapsed().as_secs_f64() * 1e3;
+            s.plans.pin_states(pins);
+            s.layout = candidates.into_iter().filter(|c| names.contains(&c.name)).collect();
+            s.names = Some(names);
+            s.derivation = summary;
+            s.one_token = None;
+            s.last_compiled_incremental = true;
         }
-        s.names = Some(one.state_names());
-        s.layout = one.states.clone();
         s.capacity = cap;
-        s.derivation = one.summary();
-        s.one_token = Some(one);
-        // Plans of another capacity are of no use any more.
-        s.plans.clear();
         Ok(())
     }
 

@@ -90,8 +90,20 @@ fn gemma_split_across_cpu_and_opencl_gives_the_cpu_tokens() {
     let (want, _) = one.generate_tokens(&prompt, 8, &params, |_| true).unwrap();
     assert_eq!(got, want, "greedy tokens on cpu+opencl vs the cpu");
     let r = two.last_report().expect("a compile report");
-    let p = r.placement.as_ref().expect("the one-token plan was placed");
-    eprintln!("one-token plan: (device, kernels, transfers in) {:?}; kept states (count, bytes) per device {:?}", p.devices, p.states);
+    let p = r.placement.as_ref().expect("the plan was placed");
+    // The last plan compiled is the prompt's; the one-token plan, compiled first, chose the states.
+    eprintln!("prompt plan: (device, kernels, transfers in) {:?}; kept states (count, bytes) per device {:?}", p.devices, p.states);
     let kept: usize = p.states.iter().map(|s| s.0).sum();
     assert_eq!(kept, 2 * 18, "the K and V caches of 18 layers, wherever they live");
+
+    // Under a cache budget per device the planner keeps less (and recomputes the rest); the
+    // tokens stay the CPU's.
+    let budget = 4usize << 20;
+    two.set_cache_budget(Some(budget));
+    let (got, _) = two.generate_tokens(&prompt, 8, &params, |_| true).unwrap();
+    assert_eq!(got, want, "greedy tokens on cpu+opencl under a cache budget vs the cpu");
+    let p = two.last_report().and_then(|r| r.placement.clone()).expect("the plan was placed");
+    eprintln!("cache budget {} MiB per device: kept states (count, bytes) per device {:?}", budget >> 20, p.states);
+    assert!(p.states.iter().all(|&(_, b)| b <= budget), "{:?}", p.states);
+    assert!(p.states.iter().map(|s| s.0).sum::<usize>() < 2 * 18);
 }

@@ -203,6 +203,8 @@ pub fn select(op: &Op, ins: &[Operand], out: &[usize], quantize_activations: boo
     let all = || ins.iter().map(c).collect::<Vec<_>>();
     Some(match op {
         Op::Input { .. } | Op::Weight { .. } | Op::State { .. } | Op::Reshape | Op::Expand | Op::Slice { .. } | Op::Permute { .. } => return None,
+        // Resolved before lowering (extraction keeps one way, or the first is taken).
+        Op::Alternatives => return None,
         Op::StoreRows { axis } => (Kernel::StoreRows { axis: *axis }, vec![c(ins.get(1)?), c(ins.get(2)?)]),
         Op::Constant { bits } => (Kernel::Fill { bits: *bits }, vec![]),
         Op::Iota { axis } => (Kernel::Iota { axis: *axis }, vec![]),
