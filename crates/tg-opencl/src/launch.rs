@@ -13,6 +13,9 @@ use crate::shape::{contiguous, merge, pack8};
 use crate::supports::weight_type;
 use crate::{ClArg, ClKernels};
 
+/// Work-group size of `tg_attention` (one work item per query row and head).
+const ATTENTION_GROUP: usize = 32;
+
 /// One kernel argument.
 enum A<'a> {
     /// A buffer.
@@ -376,7 +379,10 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
             }
             args.extend(t(out));
             args.extend([l(nkv), l(g), l(sq), l(sk), l(d), A::F(f64::from_bits(*scale_bits) as f32), A::I(seq_major as i32)]);
-            ck.run(queue, "tg_attention", &args, &[sq * g, nkv], None)
+            // An explicit work-group: each work item holds two `ATT_MAXD` float arrays, and
+            // with no local size PoCL picks groups of thousands of items for long sequences,
+            // whose private arrays overflow its worker threads' stacks (a crash at sq·g = 12288).
+            ck.run(queue, "tg_attention", &args, &[sq * g, nkv], Some(&[ATTENTION_GROUP, 1]))
         }
     }
 }

@@ -757,6 +757,21 @@ fn large(v: &mut Vec<Case>) {
         let o = b.g.push(op, &[q, k, vv, mt], None).expect("attention");
         v.push(b.finish(kernel, o, TRANSC));
     }
+    {
+        // Many query rows of the largest head size: each work item holds d-float arrays, so
+        // an OpenCL work-group of thousands of rows overflowed PoCL's worker stacks (a crash
+        // at sq·group = 12288, d = 256: a whole-sequence recompute at capacity 3072).
+        let (sq, g, sk, d) = (3072usize, 4usize, 8usize, 256usize);
+        let mut b = B::new(format!("attention seq-major n_kv=1 group={g} sq={sq} sk={sk} d={d}: many rows (large)"));
+        let q = b.f32_in(&[sq, 1, g, d], &[], -1.0, 1.0);
+        let k = b.f32_in(&[1, 1, sk, d], &[], -1.0, 1.0);
+        let vv = b.f32_in(&[1, 1, sk, d], &[], -1.0, 1.0);
+        let m: Vec<f32> = (0..sq * sk).map(|e| if e % sk <= (e / sk) % sk { 0.0 } else { f32::NEG_INFINITY }).collect();
+        let mt = b.input(&[sq, sk], f(m), &[]);
+        let bits = (1.0 / (d as f64).sqrt()).to_bits();
+        let o = b.g.push(Op::AttentionSeqMajor { scale_bits: bits }, &[q, k, vv, mt], None).expect("attention");
+        v.push(b.finish(Kernel::AttentionSeqMajor { scale_bits: bits }, o, TRANSC));
+    }
 }
 
 /// Edge values with a defined result: i32 division overflow and by zero, rows that are all
