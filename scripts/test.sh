@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: install the system packages it needs (PoCL, the
-# OpenCL runtime on the CPU), fetch the models if they are not cached yet (the
+# OpenCL runtime on the CPU; Chromium, headless, for the plan reports), fetch the models if they are not cached yet (the
 # model tests need them: Gemma 3 270M GGUF and EmbeddingGemma-300M), point the data tests
 # at the shared data, then every test of every crate in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# An OpenCL runtime on the CPU (PoCL) for the OpenCL device's tests.
+# An OpenCL runtime on the CPU (PoCL) for the OpenCL device's tests; Chromium for the report's.
 bash scripts/install_system_deps.sh
 TG_MODEL="$(python3 scripts/fetch_model.py)"
 export TG_MODEL

@@ -71,6 +71,11 @@ pub struct BenchArgs {
     /// `--no-stage rewrite:fusion.attention`); repeatable.
     #[arg(long = "no-stage")]
     no_stage: Vec<String>,
+    /// After the timed tests, one profiled generation run (untimed) whose plan is written as
+    /// a report (schedule, memory map, how it was made, measured step times): one
+    /// self-contained HTML file.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 /// Compiler options from `--numerics` and `--no-stage` values.
@@ -232,6 +237,12 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
                     m.clear_plans();
                 }
             }
+        }
+        if let (Some(path), true) = (&a.report, Some(&threads) == a.threads.last()) {
+            // Untimed: profiling times each step.
+            m.set_profiling(true);
+            run_test(&mut m, 0, 4, 0, 0, false, &mut rng)?;
+            crate::report::generation(&m, path)?;
         }
     }
     let isa = format!("{:?}", tg_kernels::isa());

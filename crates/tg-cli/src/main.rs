@@ -19,6 +19,7 @@ mod logits;
 mod model_path;
 mod pack;
 mod profile;
+mod report;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -92,6 +93,11 @@ enum Cmd {
         /// --explain` prints them, e.g. `attention*=opencl`, `matmul=cpu`); repeatable.
         #[arg(long = "place")]
         place: Vec<String>,
+        /// Write the report of the plan generation ran (schedule, memory map, how it was
+        /// made) with its measured step times, as one self-contained HTML file; the run is
+        /// profiled (each step timed), which costs a little time per step.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
     },
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
@@ -139,6 +145,10 @@ enum Cmd {
         /// planner keeps less and recomputes more).
         #[arg(long = "cache-budget")]
         cache_budget: Option<usize>,
+        /// Write the plan report (schedule per device, memory map per arena, how the plan was
+        /// made) as one self-contained HTML file; with `--profile`, measured step times too.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
     },
     /// Measure on this machine the kernels planning the model asks about (the planner then
     /// uses these times by default); resumable.
@@ -323,7 +333,7 @@ fn devices(json: bool, kernels: bool) -> Res<()> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget, place } => {
+        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget, place, report } => {
             let t0 = std::time::Instant::now();
             let opts = bench::compile_options(numerics, &no_stage, &place)?;
             let mut m = load(model, threads, &device)?;
@@ -331,6 +341,9 @@ fn run(cli: Cli) -> Res<()> {
             m.set_incremental(!recompute);
             if let Some(mb) = cache_budget {
                 m.set_cache_budget(Some(mb.saturating_mul(1 << 20)));
+            }
+            if report.is_some() {
+                m.set_profiling(true);
             }
             let load_ms = t0.elapsed().as_secs_f64() * 1e3;
             let ids = m.tokenizer.encode(&prompt, !no_bos, true);
@@ -382,15 +395,19 @@ fn run(cli: Cli) -> Res<()> {
                     eprintln!("[kept between runs: {} states, {:.1} MiB for {} tokens of capacity {}]", s.states.len(), s.bytes as f64 / 1048576.0, s.tokens, s.capacity);
                 }
             }
+            if let Some(path) = report {
+                report::generation(&m, &path)?;
+            }
             Ok(())
         }
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
-        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget } => {
+        Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget, report } => {
             let mut m = load(model, threads, &device_name)?;
             let mut opts = bench::compile_options(NumericsArg::Exact, &no_stage, &place)?;
             opts.cache_budget = cache_budget.map(|mb| mb.saturating_mul(1 << 20));
             m.set_compile_options(opts.clone());
+            let mut derivation = None;
             let graph = match incremental {
                 None => m.graph(seq, Logits::Last).map_err(|e| e.to_string())?,
                 Some(cap) => {
@@ -398,14 +415,17 @@ fn run(cli: Cli) -> Res<()> {
                     if !json {
                         println!("incremental: {}", inc.summary());
                     }
+                    derivation = Some(inc.summary());
                     inc.graph
                 }
             };
             let devs = m.devices();
             let c = tg_compiler::compile(&graph, &devs, &opts).map_err(|e| e.to_string())?;
+            let mut measured = None;
             if profile {
                 let at = incremental.map(|cap| cap - seq);
-                let measured_ms = profile_plan(&m, &c.plan, devs.clone(), seq, at, c.report.prediction.as_ref(), c.report.timeline.as_ref())?;
+                let (measured_ms, steps) = profile_plan(&m, &c.plan, devs.clone(), seq, at, c.report.prediction.as_ref(), c.report.timeline.as_ref())?;
+                measured = steps;
                 match &c.report.prediction {
                     Some(p) => {
                         // Across devices the run takes the timeline's makespan, not the sum.
@@ -434,6 +454,23 @@ fn run(cli: Cli) -> Res<()> {
                 if explain {
                     explain_steps(&c);
                 }
+            }
+            if let Some(path) = report {
+                let what = match incremental {
+                    Some(cap) => format!("incremental run of {seq} new tokens at capacity {cap}"),
+                    None => format!("{seq} tokens"),
+                };
+                let input = tg_report::ReportInput {
+                    title: format!("Gemma 3 ({} layers): {what} on {}", m.config.n_layer, devs.iter().map(|d| d.name()).collect::<Vec<_>>().join(" + ")),
+                    command: std::env::args().collect::<Vec<_>>().join(" "),
+                    plan: &c.plan,
+                    report: &c.report,
+                    threads: devs.iter().map(|d| d.threads()).collect(),
+                    measured,
+                    derivation,
+                };
+                let bytes = tg_report::write(&input, &path).map_err(|e| e.to_string())?;
+                eprintln!("report: {} ({} KiB)", path.display(), bytes / 1024);
             }
             Ok(())
         }
@@ -651,7 +688,7 @@ fn profile_plan(
     pos: Option<usize>,
     pred: Option<&tg_compiler::PlanPrediction>,
     simulated: Option<&tg_compiler::timeline::Timeline>,
-) -> Res<f64> {
+) -> Res<(f64, Option<tg_report::Measured>)> {
     let weights =
         std::sync::Arc::new(tg_models::GgufWeights::new(std::sync::Arc::new(tg_gguf::GgufFile::open(m.file().path().ok_or("model has no path")?).map_err(|e| e.to_string())?)));
     let mut exe = tg_runtime::Executable::new(plan.clone(), devs, weights).map_err(|e| e.to_string())?;
@@ -700,12 +737,14 @@ fn profile_plan(
         let p = predicted.get(&k).map_or(String::new(), |p| format!("  predicted {p:9.3} ms"));
         println!("  {k:<20} {:>9.3} ms {:>6.1}%  ({:>3} steps/run){p}", t as f64 / reps as f64 / 1e6, 100.0 * t as f64 / all.max(1) as f64, n / reps);
     }
+    // The last run's step times, for a report.
+    let measured = report::measured(plan, exe.step_times(), exe.timeline());
     if plan.devices.len() > 1 {
         // Devices ran concurrently: the run took its wall time, not the sum of its steps.
         println!("  wall time {:.2} ms per run (steps on several devices overlap)", wall_ns as f64 / reps as f64 / 1e6);
-        return Ok(wall_ns as f64 / reps as f64 / 1e6);
+        return Ok((wall_ns as f64 / reps as f64 / 1e6, measured));
     }
-    Ok(all as f64 / reps as f64 / 1e6)
+    Ok((all as f64 / reps as f64 / 1e6, measured))
 }
 
 fn tg_tokenizer_stream(tok: &tg_models::Tokenizer) -> tg_models::StreamDecoder<'_> {

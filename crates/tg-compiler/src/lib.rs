@@ -23,7 +23,7 @@
 pub mod cost;
 pub mod incremental;
 mod lower;
-mod memory;
+pub mod memory;
 mod place;
 mod rewrite;
 pub mod store;

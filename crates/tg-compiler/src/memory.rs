@@ -30,12 +30,15 @@ pub(crate) struct PackStats {
 /// packed over lifetimes in plan order. A buffer a transfer reads or writes owns its bytes
 /// for the whole run: the transfer runs beside both devices' queues, so no other buffer may
 /// reuse its memory (see `Kernel::Transfer`).
-pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> (Plan, PackStats) {
-    let nb = prog.buffers.len();
-    let mut first: Vec<Option<usize>> = vec![None; nb];
-    let mut last: Vec<Option<usize>> = vec![None; nb];
-    let mut pinned = vec![false; nb];
-    for (si, s) in prog.steps.iter().enumerate() {
+/// Each buffer's lifetime as the packer sees it, an inclusive step interval: from the step
+/// that first writes it (inputs and weights: step 0) to the last that reads it; outputs to
+/// the end, and the buffers a transfer reads or writes for the whole run (`steps.len()`
+/// stands for after the last step). Arena buffers whose intervals meet never share bytes.
+pub fn lifetimes(steps: &[tg_runtime::Step], outputs: &[(String, tg_runtime::TensorRef)], buffers: usize) -> Vec<(usize, usize)> {
+    let mut first: Vec<Option<usize>> = vec![None; buffers];
+    let mut last: Vec<Option<usize>> = vec![None; buffers];
+    let mut pinned = vec![false; buffers];
+    for (si, s) in steps.iter().enumerate() {
         first[s.output.buffer].get_or_insert(si);
         for t in &s.inputs {
             last[t.buffer] = Some(si);
@@ -47,21 +50,38 @@ pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, r
             }
         }
     }
-    let end = prog.steps.len();
+    let end = steps.len();
+    let mut persistent = vec![false; buffers];
+    for (_, t) in outputs {
+        persistent[t.buffer] = true;
+    }
+    (0..buffers)
+        .map(|b| {
+            if pinned[b] {
+                return (0, end);
+            }
+            let s = first[b].unwrap_or(0);
+            (s, if persistent[b] { end } else { last[b].unwrap_or(s).max(s) })
+        })
+        .collect()
+}
+
+pub(crate) fn assign(prog: Program, devices: &[Arc<dyn Device>], align: usize, reuse: bool) -> (Plan, PackStats) {
+    let nb = prog.buffers.len();
+    let mut first: Vec<Option<usize>> = vec![None; nb];
+    let mut last: Vec<Option<usize>> = vec![None; nb];
+    for (si, s) in prog.steps.iter().enumerate() {
+        first[s.output.buffer].get_or_insert(si);
+        for t in &s.inputs {
+            last[t.buffer] = Some(si);
+        }
+    }
     let mut persistent = vec![false; nb];
     for (_, t) in &prog.outputs {
         persistent[t.buffer] = true;
     }
-    // Lifetime as an inclusive step interval; inputs are live from step 0, outputs and
-    // transfer buffers to the end.
-    let interval = |b: usize| -> (usize, usize) {
-        if pinned[b] {
-            return (0, end);
-        }
-        let s = first[b].unwrap_or(0);
-        let e = if persistent[b] { end } else { last[b].unwrap_or(s).max(s) };
-        (s, e)
-    };
+    let spans = lifetimes(&prog.steps, &prog.outputs, nb);
+    let interval = |b: usize| -> (usize, usize) { spans[b] };
     let mut offsets = vec![0usize; nb];
     let mut arena_of_device: Vec<Option<usize>> = vec![None; devices.len()];
     let mut arenas: Vec<ArenaDesc> = Vec::new();

@@ -635,6 +635,12 @@ impl Gemma3 {
         self.session.plans.set_store(store);
     }
 
+    /// Times every step of every run from now on (see [`Gemma3::generation_plan`]).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.plans.set_profiling(on);
+        self.session.plans.set_profiling(on);
+    }
+
     /// The report of the most recent compilation (of a whole-sequence plan, or of an
     /// incremental one, whichever came last).
     pub fn last_report(&self) -> Option<&CompileReport> {

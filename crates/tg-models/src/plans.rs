@@ -16,13 +16,15 @@ pub(crate) struct PlanCache<K> {
     /// The devices plans are compiled for; the first is home (inputs, outputs).
     devices: Vec<Arc<dyn Device>>,
     plans: HashMap<K, Executable>,
+    /// How each cached plan was made.
+    reports: HashMap<K, CompileReport>,
     options: CompileOptions,
     last_report: Option<CompileReport>,
     profiling: bool,
     store: Option<PlanStore>,
 }
 
-impl<K: Hash + Eq> PlanCache<K> {
+impl<K: Hash + Eq + Clone> PlanCache<K> {
     /// The home device plans are compiled for.
     pub(crate) fn device(&self) -> &Arc<dyn Device> {
         &self.devices[0]
@@ -36,7 +38,15 @@ impl<K: Hash + Eq> PlanCache<K> {
     /// A cache compiling for `devices` (at least one; the first is home).
     pub(crate) fn new(devices: Vec<Arc<dyn Device>>) -> Self {
         assert!(!devices.is_empty(), "a plan cache needs a device");
-        PlanCache { devices, plans: HashMap::new(), options: CompileOptions::default(), last_report: None, profiling: false, store: PlanStore::default_store() }
+        PlanCache {
+            devices,
+            plans: HashMap::new(),
+            reports: HashMap::new(),
+            options: CompileOptions::default(),
+            last_report: None,
+            profiling: false,
+            store: PlanStore::default_store(),
+        }
     }
 
     /// Where compiled plans are also kept across processes (`None`: compile every plan).
@@ -50,6 +60,7 @@ impl<K: Hash + Eq> PlanCache<K> {
         let budget = self.options.cache_budget;
         self.options = CompileOptions { cache_budget: budget, ..o };
         self.plans.clear();
+        self.reports.clear();
     }
 
     /// Bytes the kept states may take on each device, for plans compiled from now on (the
@@ -57,6 +68,7 @@ impl<K: Hash + Eq> PlanCache<K> {
     pub(crate) fn set_cache_budget(&mut self, bytes: Option<usize>) {
         self.options.cache_budget = bytes;
         self.plans.clear();
+        self.reports.clear();
     }
 
     /// Binds each kept state (name) to a device (name) for every plan compiled from now on:
@@ -96,6 +108,7 @@ impl<K: Hash + Eq> PlanCache<K> {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => {
                 let (compiled, _) = compile_cached(&graph()?, &self.devices, &self.options, self.store.as_ref())?;
+                self.reports.insert(v.key().clone(), compiled.report.clone());
                 self.last_report = Some(compiled.report);
                 let mut exe = Executable::new(compiled.plan, self.devices.clone(), weights)?;
                 exe.set_profiling(self.profiling);
@@ -116,8 +129,14 @@ impl<K: Hash + Eq> PlanCache<K> {
         self.plans.get(key)
     }
 
+    /// How the cached plan for `key` was made.
+    pub(crate) fn report(&self, key: &K) -> Option<&CompileReport> {
+        self.reports.get(key)
+    }
+
     pub(crate) fn clear(&mut self) {
         self.plans.clear();
+        self.reports.clear();
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -196,6 +196,25 @@ pub struct Compiled {
     threads: usize,
 }
 
+impl Compiled {
+    /// The plan report page (`tg_report`).
+    fn html(&self) -> PyResult<String> {
+        let exe = self.exe.lock().unwrap_or_else(|e| e.into_inner());
+        let plan = exe.plan();
+        let measured = exe.step_times().filter(|t| t.len() == plan.steps.len() && plan.devices.len() == 1).map(|t| tg_report::Measured::Durations(t.to_vec()));
+        let input = tg_report::ReportInput {
+            title: format!("compiled graph: {} steps on {}", plan.steps.len(), plan.devices.join(" + ")),
+            command: "tensor_graphs.compile(...).explain(format=\"html\")".into(),
+            plan,
+            report: &self.report,
+            threads: exe.devices().iter().map(|d| d.threads()).collect(),
+            measured,
+            derivation: None,
+        };
+        tg_report::render(&input).map_err(|e| err(Kind::Execution, e.to_string()).into())
+    }
+}
+
 #[pymethods]
 impl Compiled {
     /// Runs the compiled graph.
@@ -231,7 +250,9 @@ impl Compiled {
     /// `format="dict"` (default): a dict with `stages` (one entry per stage: `name`, `ran`,
     /// `micros`, `summary`), `graph` (`nodes`, `ops`) and `plan` (`steps`, `buffers`,
     /// `arena_bytes`, `kernels`, and with `steps=True` every step). `format="text"`: the
-    /// same as a printable report.
+    /// same as a printable report. `format="html"`: the plan report (schedule per device,
+    /// memory map per arena, how the plan was made) as one self-contained HTML page, with
+    /// the last run's measured step times if it was profiled.
     #[pyo3(signature = (format="dict", steps=false))]
     fn explain<'py>(&self, py: Python<'py>, format: &str, steps: bool) -> PyResult<Bound<'py, PyAny>> {
         let s = &self.summary;
@@ -266,8 +287,17 @@ impl Compiled {
                 }
                 Ok(PyString::new(py, &t).into_any())
             }
-            _ => Err(err(Kind::Options, format!("explain(format={format:?}): use 'dict' or 'text'")).into()),
+            "html" => Ok(PyString::new(py, &self.html()?).into_any()),
+            _ => Err(err(Kind::Options, format!("explain(format={format:?}): use 'dict', 'text' or 'html'")).into()),
         }
+    }
+
+    /// The plan report as HTML for Jupyter: the page of `explain(format="html")` in an
+    /// isolated frame.
+    fn _repr_html_(&self) -> PyResult<String> {
+        let page = self.html()?;
+        let escaped = page.replace('&', "&amp;").replace('"', "&quot;");
+        Ok(format!("<iframe srcdoc=\"{escaped}\" style=\"width: 100%; height: 720px; border: 1px solid #ccc\"></iframe>"))
     }
 
     /// Declared inputs: `{name: (shape, dtype)}` in declaration order.

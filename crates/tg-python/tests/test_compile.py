@@ -50,6 +50,19 @@ def test_explain_dict_and_text(rng):
     assert "matmul" in c.explain(format="text", steps=True).split("plan:")[1]
 
 
+def test_explain_html_is_the_plan_report(rng):
+    c = tg.compile(model(rng))
+    page = c.explain(format="html")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # Self-contained: the data and the script that draws the schedule and the memory map.
+    assert '<svg id="gantt"' in page and 'id="data"' in page and "memmap" in page
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    frame = c._repr_html_()
+    assert frame.startswith("<iframe srcdoc=") and "&quot;" not in page and "<svg" not in frame.split("srcdoc=")[0]
+    with pytest.raises(tg.OptionsError, match="html"):
+        c.explain(format="pdf")
+
+
 @pytest.mark.parametrize("disabled", [[s] for s in OPTIONAL] + [OPTIONAL])
 def test_stages_switched_off_give_the_same_results(disabled, rng):
     g = model(rng)

@@ -1,0 +1,38 @@
+//! `--report FILE.html` on the commands that run a model: the plan the run spent its time in,
+//! with the runtime's measured step times next to the prediction (`tg_report`).
+
+use std::path::Path;
+
+/// Measured times of a profiled run: spans with several devices, else step durations.
+pub fn measured(plan: &tg_runtime::Plan, step_times: Option<&[u64]>, spans: Option<&[tg_runtime::Span]>) -> Option<tg_report::Measured> {
+    match spans {
+        Some(spans) if plan.devices.len() > 1 => {
+            let mut by_step = vec![(0, 0); plan.steps.len()];
+            for s in spans {
+                if let Some(e) = by_step.get_mut(s.step) {
+                    *e = (s.start_ns, s.end_ns);
+                }
+            }
+            Some(tg_report::Measured::Spans(by_step))
+        }
+        _ => step_times.map(|t| tg_report::Measured::Durations(t.to_vec())),
+    }
+}
+
+/// Writes the report of the one-token plan generation ran (profiling must have been on).
+pub fn generation(m: &tg_models::Gemma3, path: &Path) -> Result<(), String> {
+    let g = m.generation_plan().ok_or("--report: no incremental plan ran (the report shows the one-token plan generation runs; drop --recompute)")?;
+    let devices = g.plan.devices.join(" + ");
+    let input = tg_report::ReportInput {
+        title: format!("Gemma 3 ({} layers): one generated token per run, measured, on {devices}", m.config.n_layer),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        plan: g.plan,
+        report: g.report,
+        threads: g.threads.clone(),
+        measured: measured(g.plan, g.step_times, g.spans),
+        derivation: Some(g.derivation.to_string()),
+    };
+    let bytes = tg_report::write(&input, path).map_err(|e| e.to_string())?;
+    eprintln!("report: {} ({} KiB)", path.display(), bytes / 1024);
+    Ok(())
+}
