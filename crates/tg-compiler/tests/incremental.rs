@@ -332,13 +332,7 @@ fn compiled_incremental_plans_match_the_reference_on_the_cpu() {
 
 /// States of a compiled plan, by name.
 fn plan_states(plan: &tg_runtime::Plan) -> BTreeSet<String> {
-    plan.buffers
-        .iter()
-        .filter_map(|b| match &b.storage {
-            tg_runtime::Storage::State { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+    plan.states().map(|(name, _)| name.to_string()).collect()
 }
 
 /// With alternatives, the derivation offers both ways of every value that may be kept and

@@ -33,13 +33,7 @@ fn derive_step(model: &Gemma3, k: usize, cap: usize, states: Option<BTreeSet<Str
 
 /// The kept states of a compiled plan (names).
 fn plan_states(plan: &tg_runtime::Plan) -> BTreeSet<String> {
-    plan.buffers
-        .iter()
-        .filter_map(|b| match &b.storage {
-            tg_runtime::Storage::State { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+    plan.states().map(|(name, _)| name.to_string()).collect()
 }
 
 /// Smallest capacity step.
@@ -327,11 +321,5 @@ fn state_devices(plan: &tg_runtime::Plan) -> Vec<(String, String)> {
     if plan.devices.len() < 2 {
         return Vec::new();
     }
-    plan.buffers
-        .iter()
-        .filter_map(|b| match &b.storage {
-            tg_runtime::Storage::State { name, device } => plan.devices.get(*device).map(|d| (name.clone(), d.clone())),
-            _ => None,
-        })
-        .collect()
+    plan.states().filter_map(|(name, d)| plan.devices.get(d).map(|dev| (name.to_string(), dev.clone()))).collect()
 }

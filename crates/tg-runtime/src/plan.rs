@@ -323,3 +323,13 @@ pub struct Plan {
     /// Outputs: name and where the result is read after the last step.
     pub outputs: Vec<(String, TensorRef)>,
 }
+
+impl Plan {
+    /// The kept states ([`Storage::State`]): name and device index, in buffer order.
+    pub fn states(&self) -> impl Iterator<Item = (&str, usize)> + '_ {
+        self.buffers.iter().filter_map(|b| match &b.storage {
+            Storage::State { name, device } => Some((name.as_str(), *device)),
+            _ => None,
+        })
+    }
+}
