@@ -204,6 +204,11 @@ enum Cmd {
         query: Option<String>,
         /// Texts to embed; with none, each non-empty line of standard input is one text.
         texts: Vec<String>,
+        /// Write the report of the plan the last batch ran (schedule, memory map, how it was
+        /// made) with its measured step times, as one self-contained HTML file (the run is
+        /// profiled).
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Print the final-position logits of a prompt (table, JSON or raw f32 file).
     Logits(logits::LogitsArgs),
@@ -482,8 +487,8 @@ fn run(cli: Cli) -> Res<()> {
             }
             Ok(())
         }
-        Cmd::Embed { model, prompt_name, dim, threads, device, json, similarity, list_prompts, query, texts } => {
-            embed(model, prompt_name, dim, threads, &device, json, similarity, list_prompts, query, texts)
+        Cmd::Embed { model, prompt_name, dim, threads, device, json, similarity, list_prompts, query, texts, report } => {
+            embed(model, prompt_name, dim, threads, &device, json, similarity, list_prompts, query, texts, report)
         }
         Cmd::Logits(args) => logits::run(args),
         Cmd::Pack(args) => pack::run(args),
@@ -509,11 +514,17 @@ fn embed(
     list_prompts: bool,
     query: Option<String>,
     mut texts: Vec<String>,
+    report: Option<PathBuf>,
 ) -> Res<()> {
     let t0 = std::time::Instant::now();
     let dir = model_path::resolve_embedding(model)?;
     let mut m = tg_models::EmbeddingGemma::load_on(&dir, device(device_name, threads)?).map_err(|e| e.to_string())?;
     m.set_compile_options(tg_compiler::CompileOptions { cost: machine_cost(), ..Default::default() });
+    m.set_profiling(report.is_some());
+    let finish = |m: &tg_models::EmbeddingGemma| match &report {
+        Some(path) => report::embedding(m, path),
+        None => Ok(()),
+    };
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     if list_prompts {
         for (k, v) in &m.config.prompts {
@@ -555,7 +566,7 @@ fn embed(
                 println!("{:.4}  {}", scores[i], texts[i]);
             }
         }
-        return Ok(());
+        return finish(&m);
     }
     let e = m.embed(&refs, prompt_name.as_deref(), dim).map_err(|e| e.to_string())?;
     let embed_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -591,7 +602,7 @@ fn embed(
         }
         eprintln!("[{} texts, {} tokens, dim {}, {:.1} ms]", e.len(), e.token_counts.iter().sum::<usize>(), e.dim, embed_ms);
     }
-    Ok(())
+    finish(&m)
 }
 
 /// Runs `plan` a few times with per-step timing and prints the time per kernel kind.

@@ -21,16 +21,27 @@ pub fn measured(plan: &tg_runtime::Plan, step_times: Option<&[u64]>, spans: Opti
 
 /// Writes the report of the one-token plan generation ran (profiling must have been on).
 pub fn generation(m: &tg_models::Gemma3, path: &Path) -> Result<(), String> {
-    let g = m.generation_plan().ok_or("--report: no incremental plan ran (the report shows the one-token plan generation runs; drop --recompute)")?;
-    let devices = g.plan.devices.join(" + ");
+    let v = m.generation_plan().ok_or("--report: no incremental plan ran (the report shows the one-token plan generation runs; drop --recompute)")?;
+    let title = format!("Gemma 3 ({} layers): one generated token per run, measured, on {}", m.config.n_layer, v.plan.devices.join(" + "));
+    write(v, title, path)
+}
+
+/// Writes the report of the plan EmbeddingGemma ran last (profiling must have been on).
+pub fn embedding(m: &tg_models::EmbeddingGemma, path: &Path) -> Result<(), String> {
+    let v = m.last_plan().ok_or("--report: no plan ran")?;
+    let title = format!("EmbeddingGemma: the last batch's plan, measured, on {}", v.plan.devices.join(" + "));
+    write(v, title, path)
+}
+
+fn write(v: tg_models::PlanView<'_>, title: String, path: &Path) -> Result<(), String> {
     let input = tg_report::ReportInput {
-        title: format!("Gemma 3 ({} layers): one generated token per run, measured, on {devices}", m.config.n_layer),
+        title,
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        plan: g.plan,
-        report: g.report,
-        threads: g.threads.clone(),
-        measured: measured(g.plan, g.step_times, g.spans),
-        derivation: Some(g.derivation.to_string()),
+        plan: v.plan,
+        report: v.report,
+        threads: v.threads.clone(),
+        measured: measured(v.plan, v.step_times, v.spans),
+        derivation: v.derivation.map(str::to_string),
     };
     let bytes = tg_report::write(&input, path).map_err(|e| e.to_string())?;
     eprintln!("report: {} ({} KiB)", path.display(), bytes / 1024);

@@ -150,3 +150,23 @@ fn bench_json_uses_llama_bench_field_names() {
     assert!(out.lines().next().unwrap().starts_with("| model "), "{out}");
     assert!(out.contains("|             pp3 |"), "{out}");
 }
+
+/// `--report` writes the HTML plan report (with measured step times when the run is
+/// profiled); a report that cannot be written is an error naming the file, after the run.
+#[test]
+fn reports_are_written_whole_or_refused() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let out = tmp("plan-report.html");
+    let (code, _, err) = tg(&["plan", "-m", m, "--seq", "3", "--profile", "--report", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(&out).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("\"measured\":[") && page.contains("id=\"gantt\""), "{}", &page[..200.min(page.len())]);
+    assert!(err.contains("report:"), "{err}");
+    let gen = tmp("generate-report.html");
+    let (code, _, err) = tg(&["generate", "-m", m, "--prompt", "Hi", "-n", "2", "--report", gen.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(std::fs::read_to_string(&gen).unwrap().contains("one generated token per run"));
+    expect_error(&["plan", "-m", m, "--seq", "2", "--report", "/nonexistent-dir/r.html"], "/nonexistent-dir/r.html");
+    expect_error(&["generate", "-m", m, "--prompt", "Hi", "-n", "2", "--recompute", "--report", gen.to_str().unwrap()], "--recompute");
+}

@@ -647,6 +647,12 @@ impl EmbeddingGemma {
         Some(exe.plan().steps.iter().zip(times).map(|(s, &t)| (s.kernel.name(), t)).collect())
     }
 
+    /// The plan of the last run, how it was made and — with profiling on — its step times
+    /// (for a report).
+    pub fn last_plan(&self) -> Option<crate::PlanView<'_>> {
+        self.plans.last_view()
+    }
+
     /// Drops cached plans.
     pub fn clear_plans(&mut self) {
         self.plans.clear();

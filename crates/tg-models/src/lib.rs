@@ -17,7 +17,8 @@ mod session;
 mod weights;
 
 pub use gemma3::{Gemma3, Gemma3Config, Logits};
-pub use session::{GenerationPlan, SessionInfo};
+pub use plans::PlanView;
+pub use session::SessionInfo;
 pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
 pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
 pub use weights::{GgufWeights, SafetensorsWeights};

@@ -11,6 +11,22 @@ use tg_compiler::{compile_cached, CompileOptions, CompileReport, PlanStore};
 use tg_ir::{Graph, WeightStore};
 use tg_runtime::{Device, Executable};
 
+/// A cached plan, for reports (`tg_report`): how it was made and its last run's times.
+pub struct PlanView<'a> {
+    /// The plan.
+    pub plan: &'a tg_runtime::Plan,
+    /// How it was made.
+    pub report: &'a CompileReport,
+    /// Its last run's time per step (ns), when profiling is on.
+    pub step_times: Option<&'a [u64]>,
+    /// Its last run's spans per device, when profiling is on (several devices).
+    pub spans: Option<&'a [tg_runtime::Span]>,
+    /// Worker threads of each device.
+    pub threads: Vec<usize>,
+    /// For an incremental plan: the derivation's summary.
+    pub derivation: Option<&'a str>,
+}
+
 /// Executables by key, compiled on first use with the current options.
 pub(crate) struct PlanCache<K> {
     /// The devices plans are compiled for; the first is home (inputs, outputs).
@@ -18,6 +34,8 @@ pub(crate) struct PlanCache<K> {
     plans: HashMap<K, Executable>,
     /// How each cached plan was made.
     reports: HashMap<K, CompileReport>,
+    /// The key of the plan returned last.
+    last_used: Option<K>,
     options: CompileOptions,
     last_report: Option<CompileReport>,
     profiling: bool,
@@ -42,6 +60,7 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
             devices,
             plans: HashMap::new(),
             reports: HashMap::new(),
+            last_used: None,
             options: CompileOptions::default(),
             last_report: None,
             profiling: false,
@@ -104,6 +123,7 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
         weights: Arc<dyn WeightStore + Send>,
         graph: impl FnOnce() -> Result<Graph, ModelError>,
     ) -> Result<&mut Executable, ModelError> {
+        self.last_used = Some(key.clone());
         match self.plans.entry(key) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => {
@@ -129,9 +149,22 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
         self.plans.get(key)
     }
 
-    /// How the cached plan for `key` was made.
-    pub(crate) fn report(&self, key: &K) -> Option<&CompileReport> {
-        self.reports.get(key)
+    /// The cached plan for `key`, for a report.
+    pub(crate) fn view(&self, key: &K) -> Option<PlanView<'_>> {
+        let exe = self.plans.get(key)?;
+        Some(PlanView {
+            plan: exe.plan(),
+            report: self.reports.get(key)?,
+            step_times: exe.step_times(),
+            spans: exe.timeline(),
+            threads: exe.devices().iter().map(|d| d.threads()).collect(),
+            derivation: None,
+        })
+    }
+
+    /// The plan the last [`PlanCache::get_or_compile`] returned, for a report.
+    pub(crate) fn last_view(&self) -> Option<PlanView<'_>> {
+        self.view(self.last_used.as_ref()?)
     }
 
     pub(crate) fn clear(&mut self) {

@@ -56,22 +56,6 @@ pub struct SessionInfo {
     pub derivation: String,
 }
 
-/// A plan of the incremental path, for reports ([`Gemma3::generation_plan`]).
-pub struct GenerationPlan<'a> {
-    /// The plan.
-    pub plan: &'a tg_runtime::Plan,
-    /// How it was made.
-    pub report: &'a tg_compiler::CompileReport,
-    /// Its last run's time per step (ns), when profiling is on.
-    pub step_times: Option<&'a [u64]>,
-    /// Its last run's spans per device, when profiling is on (several devices).
-    pub spans: Option<&'a [tg_runtime::Span]>,
-    /// Worker threads of each device.
-    pub threads: Vec<usize>,
-    /// The derivation's summary.
-    pub derivation: &'a str,
-}
-
 /// The incremental path's plans and kept states.
 pub(crate) struct Session {
     /// Plans by (new rows per run, capacity).
@@ -158,17 +142,10 @@ impl Gemma3 {
     /// The one-token plan generation runs at the session's capacity (`None` before the
     /// first prompt), how it was made, the derivation's summary, and — with
     /// [`Gemma3::set_profiling`] on — its last run's step times.
-    pub fn generation_plan(&self) -> Option<GenerationPlan<'_>> {
-        let key = (1, self.session.capacity);
-        let exe = self.session.plans.get(&key)?;
-        Some(GenerationPlan {
-            plan: exe.plan(),
-            report: self.session.plans.report(&key)?,
-            step_times: exe.step_times(),
-            spans: exe.timeline(),
-            threads: exe.devices().iter().map(|d| d.threads()).collect(),
-            derivation: &self.session.derivation,
-        })
+    pub fn generation_plan(&self) -> Option<crate::PlanView<'_>> {
+        let mut v = self.session.plans.view(&(1, self.session.capacity))?;
+        v.derivation = Some(&self.session.derivation);
+        Some(v)
     }
 
     /// What the session holds.

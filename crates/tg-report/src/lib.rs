@@ -353,8 +353,10 @@ pub fn write(input: &ReportInput, path: &std::path::Path) -> Result<usize, Repor
     let html = render(input)?;
     let io = |source| ReportError::Io { path: path.display().to_string(), source };
     let tmp = path.with_extension("html.tmp");
-    std::fs::write(&tmp, &html).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Err(e) = std::fs::write(&tmp, &html).and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io(e));
+    }
     Ok(html.len())
 }
 
