@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: install the system packages it needs (PoCL, the
 # OpenCL runtime on the CPU; Chromium, headless, for the plan reports), fetch the models if they are not cached yet (the
-# model tests need them: Gemma 3 270M GGUF and EmbeddingGemma-300M), point the data tests
+# model tests need them: Gemma 3 270M GGUF and EmbeddingGemma-300M) and the ONNX node tests, point the data tests
 # at the shared data, then every test of every crate in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,12 +11,16 @@ TG_MODEL="$(python3 scripts/fetch_model.py)"
 export TG_MODEL
 TG_EMBED_MODEL="$(python3 scripts/fetch_embedding_model.py)"
 export TG_EMBED_MODEL
+# The ONNX backend node tests (from the onnx 1.16.2 wheel, extracted, never installed).
+TG_ONNX_TESTS="$(python3 scripts/fetch_onnx_tests.py)"
+export TG_ONNX_TESTS
 # The shared data sets (extraction-gym, MiniMalloc) lie next to the repository in
 # ../shared/data; the data tests fail under CI when they are missing (tests/support/data.rs).
 TG_DATA_DIR="${TG_DATA_DIR:-$(cd .. && pwd)/shared/data}"
 export TG_DATA_DIR
 echo "model: $TG_MODEL"
 echo "embedding model: $TG_EMBED_MODEL"
+echo "onnx node tests: $TG_ONNX_TESTS"
 echo "data: $TG_DATA_DIR"
 cargo test --workspace --release --locked "$@"
 bash scripts/test_python.sh   # the Python package: wheel in target/py-venv, pytest suite (docs/python.md)
