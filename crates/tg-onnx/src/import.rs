@@ -152,6 +152,11 @@ impl Imp<'_> {
         OnnxError::Invalid(format!("{}: node '{}' ({}): {detail}", self.model.path.display(), self.node, self.op))
     }
 
+    /// Input `k` of the node (an error naming it when it has fewer).
+    fn arg<'s>(&self, ins: &'s [String], k: usize) -> R<&'s str> {
+        ins.get(k).map(String::as_str).ok_or_else(|| self.invalid(format!("{} inputs, the op needs at least {}", ins.len(), k + 1)))
+    }
+
     fn get(&mut self, name: &str) -> R<V> {
         if let Some(v) = self.vals.get(name) {
             return Ok(v.clone());
@@ -204,6 +209,9 @@ impl Imp<'_> {
     fn materialise(&mut self, c: &Value) -> R<Tensor> {
         let dtype = ir_dtype(c.onnx_type).ok_or_else(|| self.unsupported(format!("element type {}", type_name(c.onnx_type))))?;
         let ints = |v: &[i64]| -> R<Vec<i32>> { v.iter().map(|&x| i32::try_from(x).map_err(|_| self.invalid(format!("integer {x} does not fit i32")))).collect() };
+        if c.data.len() != c.shape.iter().product::<usize>() {
+            return Err(self.invalid(format!("a constant of shape {:?} holds {} elements", c.shape, c.data.len())));
+        }
         if c.shape.is_empty() {
             let x = match &c.data {
                 ValueData::F32(v) => v[0] as f64,
@@ -334,12 +342,12 @@ impl Imp<'_> {
                 if op == "Dropout" && (training || attr_i(n, "is_test") == Some(0) && opset < 7) {
                     return Err(self.unsupported("training mode"));
                 }
-                let v = self.get(&ins[0])?;
+                let v = self.get(self.arg(&ins, 0)?)?;
                 self.set(&out0, v);
             }
             "Add" | "Sub" | "Mul" | "Div" | "And" | "Or" => {
-                let (a, ta) = self.tensor(&ins[0])?;
-                let (b, _) = self.tensor(&ins[1])?;
+                let (a, ta) = self.tensor(self.arg(&ins, 0)?)?;
+                let (b, _) = self.tensor(self.arg(&ins, 1)?)?;
                 let bop = match op.as_str() {
                     "Add" => BinaryOp::Add,
                     "Sub" => BinaryOp::Sub,
@@ -352,8 +360,8 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ta));
             }
             "Max" | "Min" | "Sum" | "Mean" => {
-                let (mut y, ty) = self.tensor(&ins[0])?;
-                for i in &ins[1..] {
+                let (mut y, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                for i in ins.iter().skip(1) {
                     let (x, _) = self.tensor(i)?;
                     let bop = match op.as_str() {
                         "Max" => BinaryOp::Max,
@@ -369,7 +377,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Neg" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Abs" | "Reciprocal" | "Sin" | "Cos" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 if op == "Neg" && self.b.dtype(x) == DType::I32 {
                     // 0 − x (the IR's unary ops are float).
                     let z = self.scalar(0.0, x)?;
@@ -392,14 +400,14 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Relu" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let z = self.scalar(0.0, x)?;
                 let y = self.bin(BinaryOp::Max, x, z)?;
                 self.set(&out0, V::T(y, ty));
             }
             "Sigmoid" => {
                 // 1 / (1 + exp(−x))
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let nx = self.unary(UnaryOp::Neg, x)?;
                 let e = self.unary(UnaryOp::Exp, nx)?;
                 let one = self.scalar(1.0, x)?;
@@ -409,7 +417,7 @@ impl Imp<'_> {
             }
             "HardSigmoid" => {
                 // max(0, min(1, α·x + β))
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let (alpha, beta) = (attr_f(n, "alpha").unwrap_or(0.2) as f64, attr_f(n, "beta").unwrap_or(0.5) as f64);
                 let ax = ir(&self.node, &self.op, self.b.scale(x, alpha))?;
                 let bb = self.scalar(beta, x)?;
@@ -422,7 +430,7 @@ impl Imp<'_> {
             }
             "LeakyRelu" => {
                 // where(x < 0, α·x, x)
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let alpha = attr_f(n, "alpha").unwrap_or(0.01) as f64;
                 let zero = self.scalar(0.0, x)?;
                 let neg = ir(&self.node, &self.op, self.b.compare(CmpOp::Lt, x, zero))?;
@@ -431,7 +439,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Clip" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let (lo, hi) = if opset < 11 {
                     (attr_f(n, "min").map(|v| v as f64), attr_f(n, "max").map(|v| v as f64))
                 } else {
@@ -459,8 +467,8 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Pow" => {
-                let (x, ty) = self.tensor(&ins[0])?;
-                let e = match self.constant(&ins[1])? {
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let e = match self.constant(self.arg(&ins, 1)?)? {
                     Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => v[0] as f64,
                     Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => v[0] as f64,
                     _ => return Err(self.unsupported("an exponent other than a constant 0.5, 1, 2 or 3")),
@@ -478,8 +486,8 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
-                let (a, _) = self.tensor(&ins[0])?;
-                let (b, _) = self.tensor(&ins[1])?;
+                let (a, _) = self.tensor(self.arg(&ins, 0)?)?;
+                let (b, _) = self.tensor(self.arg(&ins, 1)?)?;
                 let c = match op.as_str() {
                     "Equal" => CmpOp::Eq,
                     "Less" => CmpOp::Lt,
@@ -491,15 +499,15 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, dt::BOOL));
             }
             "Where" => {
-                let (c, _) = self.tensor(&ins[0])?;
-                let (a, ty) = self.tensor(&ins[1])?;
-                let (b, _) = self.tensor(&ins[2])?;
+                let (c, _) = self.tensor(self.arg(&ins, 0)?)?;
+                let (a, ty) = self.tensor(self.arg(&ins, 1)?)?;
+                let (b, _) = self.tensor(self.arg(&ins, 2)?)?;
                 let y = ir(&self.node, &self.op, self.b.select(c, a, b))?;
                 self.set(&out0, V::T(y, ty));
             }
             "Cast" => {
                 let to = attr_i(n, "to").unwrap_or(0) as i32;
-                let (x, _) = self.tensor(&ins[0])?;
+                let (x, _) = self.tensor(self.arg(&ins, 0)?)?;
                 let d = match ir_dtype(to) {
                     Some(DType::Bool) | None => return Err(self.unsupported(format!("cast to {}", type_name(to)))),
                     Some(d) => d,
@@ -508,8 +516,8 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, to));
             }
             "MatMul" => {
-                let (a, ty) = self.tensor(&ins[0])?;
-                let (b, _) = self.tensor(&ins[1])?;
+                let (a, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let (b, _) = self.tensor(self.arg(&ins, 1)?)?;
                 let (ra, rb) = (self.b.shape(a).len(), self.b.shape(b).len());
                 let a2 = if ra == 1 {
                     let k = self.b.shape(a)[0];
@@ -538,8 +546,8 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Gemm" => {
-                let (a, ty) = self.tensor(&ins[0])?;
-                let (b, _) = self.tensor(&ins[1])?;
+                let (a, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let (b, _) = self.tensor(self.arg(&ins, 1)?)?;
                 let a = if attr_i(n, "transA").unwrap_or(0) != 0 { ir(&self.node, &self.op, self.b.permute(a, &[1, 0]))? } else { a };
                 let tb = attr_i(n, "transB").unwrap_or(0) != 0;
                 let mut y = ir(&self.node, &self.op, self.b.matmul(a, b, tb))?;
@@ -556,7 +564,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Transpose" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let r = self.b.shape(x).len();
                 let perm: Vec<usize> = match attr_ints(n, "perm") {
                     Some(p) => p.iter().map(|&a| norm_axis(a, r).ok_or_else(|| self.invalid(format!("perm {p:?}")))).collect::<R<_>>()?,
@@ -566,10 +574,10 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-                let in_shape = self.shape_of(&ins[0])?;
+                let in_shape = self.shape_of(self.arg(&ins, 0)?)?;
                 let target = match op.as_str() {
                     "Reshape" => {
-                        let spec = self.const_ints(&ins[1], "the target shape")?;
+                        let spec = self.const_ints(self.arg(&ins, 1)?, "the target shape")?;
                         reshape_target(&in_shape, &spec, attr_i(n, "allowzero").unwrap_or(0) != 0).map_err(|e| self.invalid(e))?
                     }
                     "Flatten" => {
@@ -584,7 +592,7 @@ impl Imp<'_> {
                     _ => {
                         let axes = if opset >= 13 {
                             if ins.len() > 1 && !ins[1].is_empty() {
-                                Some(self.const_ints(&ins[1], "axes")?)
+                                Some(self.const_ints(self.arg(&ins, 1)?, "axes")?)
                             } else {
                                 None
                             }
@@ -594,13 +602,13 @@ impl Imp<'_> {
                         squeeze_target(&in_shape, axes.as_deref(), op == "Unsqueeze").map_err(|e| self.invalid(e))?
                     }
                 };
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let y = ir(&self.node, &self.op, self.b.reshape(x, &target))?;
                 self.set(&out0, V::T(y, ty));
             }
             "Expand" => {
-                let spec = self.const_ints(&ins[1], "the shape")?;
-                let (x, ty) = self.tensor(&ins[0])?;
+                let spec = self.const_ints(self.arg(&ins, 1)?, "the shape")?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let s = self.b.shape(x).to_vec();
                 let spec: Vec<usize> = spec.iter().map(|&d| d.max(0) as usize).collect();
                 let out = tg_ir::broadcast_shapes(&s, &spec).ok_or_else(|| self.invalid(format!("{s:?} does not broadcast to {spec:?}")))?;
@@ -624,18 +632,18 @@ impl Imp<'_> {
                         xs.push(t);
                     }
                 }
-                let r = self.shape_of(&ins[0])?.len();
+                let r = self.shape_of(self.arg(&ins, 0)?)?.len();
                 let axis = norm_axis(attr_i(n, "axis").unwrap_or(0), r).ok_or_else(|| self.invalid("axis out of range"))?;
                 let y = if xs.len() == 1 { xs[0] } else { ir(&self.node, &self.op, self.b.concat(&xs, axis))? };
                 self.set(&out0, V::T(y, ty));
             }
             "Slice" => {
-                let shape = self.shape_of(&ins[0])?;
+                let shape = self.shape_of(self.arg(&ins, 0)?)?;
                 let (starts, ends, axes, steps) = if opset < 10 {
                     (attr_ints(n, "starts").unwrap_or_default(), attr_ints(n, "ends").unwrap_or_default(), attr_ints(n, "axes"), None)
                 } else {
-                    let s = self.const_ints(&ins[1], "starts")?;
-                    let e = self.const_ints(&ins[2], "ends")?;
+                    let s = self.const_ints(self.arg(&ins, 1)?, "starts")?;
+                    let e = self.const_ints(self.arg(&ins, 2)?, "ends")?;
                     let a = match ins.get(3).filter(|x| !x.is_empty()) {
                         Some(x) => Some(self.const_ints(x, "axes")?),
                         None => None,
@@ -650,7 +658,7 @@ impl Imp<'_> {
                     SliceErr::Step => self.unsupported("a step other than 1"),
                     SliceErr::Bad(s) => self.invalid(s),
                 })?;
-                let (mut y, ty) = self.tensor(&ins[0])?;
+                let (mut y, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 for (axis, (a, b)) in ranges.into_iter().enumerate() {
                     if (a, b) != (0, shape[axis]) {
                         y = ir(&self.node, &self.op, self.b.slice(y, axis, a, b))?;
@@ -659,14 +667,14 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Gather" => {
-                let shape = self.shape_of(&ins[0])?;
+                let shape = self.shape_of(self.arg(&ins, 0)?)?;
                 let axis = norm_axis(attr_i(n, "axis").unwrap_or(0), shape.len()).ok_or_else(|| self.invalid("axis out of range"))?;
-                let idx = match self.constant(&ins[1])? {
+                let idx = match self.constant(self.arg(&ins, 1)?)? {
                     Some(Value { data: ValueData::I64(v), shape: s, .. }) => Some((v, s)),
                     Some(_) => return Err(self.invalid("indices must be integers")),
                     None => None,
                 };
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let y = match idx {
                     Some((idx, ishape)) => {
                         // Constant indices: one slice each, concatenated.
@@ -689,7 +697,7 @@ impl Imp<'_> {
                         ir(&self.node, &self.op, self.b.reshape(c, &out))?
                     }
                     None if axis == 0 && shape.len() == 2 && self.b.dtype(x) == DType::F32 => {
-                        let (ids, _) = self.tensor(&ins[1])?;
+                        let (ids, _) = self.tensor(self.arg(&ins, 1)?)?;
                         ir(&self.node, &self.op, self.b.gather(x, ids))?
                     }
                     None => return Err(self.unsupported("indices computed at run time, other than rows of a rank-2 float table")),
@@ -697,7 +705,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Softmax" | "LogSoftmax" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let shape = self.b.shape(x).to_vec();
                 let r = shape.len();
                 let axis = norm_axis(attr_i(n, "axis").unwrap_or(if opset >= 13 { -1 } else { 1 }), r).ok_or_else(|| self.invalid("axis out of range"))?;
@@ -714,7 +722,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
-                let (x, ty) = self.tensor(&ins[0])?;
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let r = self.b.shape(x).len();
                 let from_input = (op == "ReduceSum" && opset >= 13) || opset >= 18;
                 let axes = if from_input {
@@ -890,6 +898,9 @@ fn fold(imp: &mut Imp, n: &NodeProto, ins: &[Option<Value>]) -> R<Option<Vec<Val
                 Some(t) => decode_tensor(Some(imp.model), &t)?,
                 None => Value { shape: vec![1], data: ValueData::F32(vec![0.0]), onnx_type: dt::FLOAT },
             };
+            if v.data.len() != 1 {
+                return Err(imp.invalid("value must hold one element"));
+            }
             let data = match v.data {
                 ValueData::F32(x) => ValueData::F32(vec![x[0]; count]),
                 ValueData::I64(x) => ValueData::I64(vec![x[0]; count]),
@@ -902,6 +913,9 @@ fn fold(imp: &mut Imp, n: &NodeProto, ins: &[Option<Value>]) -> R<Option<Vec<Val
                 (Some(a), Some(b), Some(e)) => (a, b, e),
                 _ => return Ok(None),
             };
+            if s.data.len() != 1 || l.data.len() != 1 || d.data.len() != 1 {
+                return Err(imp.invalid("start, limit and delta must be scalars"));
+            }
             match (&s.data, &l.data, &d.data) {
                 (ValueData::I64(a), ValueData::I64(b), ValueData::I64(e)) if e[0] != 0 => {
                     let (a, b, e) = (a[0], b[0], e[0]);
