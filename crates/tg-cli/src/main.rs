@@ -20,6 +20,7 @@ mod model_path;
 mod pack;
 mod profile;
 mod report;
+mod run_onnx;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -99,6 +100,8 @@ enum Cmd {
         #[arg(long)]
         report: Option<std::path::PathBuf>,
     },
+    /// Run any ONNX model on .npy inputs; each output is written as NAME.npy.
+    Run(run_onnx::RunArgs),
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
     /// Benchmark embedding throughput (32 short texts; one 512-token text).
@@ -405,6 +408,7 @@ fn run(cli: Cli) -> Res<()> {
             }
             Ok(())
         }
+        Cmd::Run(args) => run_onnx::run(args),
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
         Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget, report } => {
