@@ -87,6 +87,25 @@ pub fn supported_ops() -> &'static [&'static str] {
         "Transpose",
         "Unsqueeze",
         "Where",
+        "CastLike",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "Softsign",
+        "Softplus",
+        "Elu",
+        "Selu",
+        "Celu",
+        "ThresholdedRelu",
+        "HardSwish",
+        "Mish",
+        "PRelu",
+        "Split",
+        "LayerNormalization",
+        "Trilu",
+        "Pad",
     ]
 }
 
@@ -508,11 +527,16 @@ impl Imp<'_> {
             "Cast" => {
                 let to = attr_i(n, "to").unwrap_or(0) as i32;
                 let (x, _) = self.tensor(self.arg(&ins, 0)?)?;
-                let d = match ir_dtype(to) {
-                    Some(DType::Bool) | None => return Err(self.unsupported(format!("cast to {}", type_name(to)))),
-                    Some(d) => d,
+                let d = ir_dtype(to).ok_or_else(|| self.unsupported(format!("cast to {}", type_name(to))))?;
+                let y = if self.b.dtype(x) == d {
+                    x
+                } else if d == DType::Bool {
+                    // x ≠ 0
+                    let z = self.scalar(0.0, x)?;
+                    ir(&self.node, &self.op, self.b.compare(CmpOp::Ne, x, z))?
+                } else {
+                    ir(&self.node, &self.op, self.b.cast(x, d))?
                 };
-                let y = if self.b.dtype(x) == d { x } else { ir(&self.node, &self.op, self.b.cast(x, d))? };
                 self.set(&out0, V::T(y, to));
             }
             "MatMul" => {
@@ -721,7 +745,7 @@ impl Imp<'_> {
                 };
                 self.set(&out0, V::T(y, ty));
             }
-            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceSumSquare" | "ReduceL1" | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" => {
                 let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let r = self.b.shape(x).len();
                 let from_input = (op == "ReduceSum" && opset >= 13) || opset >= 18;
@@ -754,12 +778,272 @@ impl Imp<'_> {
                     "ReduceSum" => self.reduce(ReduceOp::Sum, x, &axes, keep)?,
                     "ReduceMean" => self.reduce(ReduceOp::Mean, x, &axes, keep)?,
                     "ReduceMax" => self.reduce(ReduceOp::Max, x, &axes, keep)?,
+                    "ReduceSumSquare" => {
+                        let sq = self.bin(BinaryOp::Mul, x, x)?;
+                        self.reduce(ReduceOp::Sum, sq, &axes, keep)?
+                    }
+                    "ReduceL1" => {
+                        let a = self.unary(UnaryOp::Abs, x)?;
+                        self.reduce(ReduceOp::Sum, a, &axes, keep)?
+                    }
+                    "ReduceL2" => {
+                        let sq = self.bin(BinaryOp::Mul, x, x)?;
+                        let s = self.reduce(ReduceOp::Sum, sq, &axes, keep)?;
+                        self.unary(UnaryOp::Sqrt, s)?
+                    }
+                    "ReduceLogSum" => {
+                        let s = self.reduce(ReduceOp::Sum, x, &axes, keep)?;
+                        self.unary(UnaryOp::Log, s)?
+                    }
+                    "ReduceLogSumExp" => {
+                        // m + log(sum(exp(x − m))), m the max (kept for broadcasting).
+                        let m = self.reduce(ReduceOp::Max, x, &axes, true)?;
+                        let d = ir(&self.node, &self.op, self.b.sub(x, m))?;
+                        let e = self.unary(UnaryOp::Exp, d)?;
+                        let s = self.reduce(ReduceOp::Sum, e, &axes, true)?;
+                        let l = self.unary(UnaryOp::Log, s)?;
+                        let y = ir(&self.node, &self.op, self.b.add(m, l))?;
+                        if keep {
+                            y
+                        } else {
+                            let sh: Vec<usize> = self.b.shape(y).iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+                            ir(&self.node, &self.op, self.b.reshape(y, &sh))?
+                        }
+                    }
                     _ => {
                         let nx = self.unary(UnaryOp::Neg, x)?;
                         let m = self.reduce(ReduceOp::Max, nx, &axes, keep)?;
                         self.unary(UnaryOp::Neg, m)?
                     }
                 };
+                self.set(&out0, V::T(y, ty));
+            }
+            "CastLike" => {
+                let (x, _) = self.tensor(self.arg(&ins, 0)?)?;
+                let (like, to) = self.tensor(self.arg(&ins, 1)?)?;
+                let d = self.b.dtype(like);
+                if d == DType::Bool {
+                    return Err(self.unsupported("cast to bool"));
+                }
+                let y = if self.b.dtype(x) == d { x } else { ir(&self.node, &self.op, self.b.cast(x, d))? };
+                self.set(&out0, V::T(y, to));
+            }
+            "Softsign" | "Softplus" | "Elu" | "Selu" | "ThresholdedRelu" | "HardSwish" | "Mish" | "Celu" => {
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let one = self.scalar(1.0, x)?;
+                let zero = self.scalar(0.0, x)?;
+                let y = match op.as_str() {
+                    // x / (1 + |x|)
+                    "Softsign" => {
+                        let a = self.unary(UnaryOp::Abs, x)?;
+                        let d = ir(&self.node, &self.op, self.b.add(a, one))?;
+                        ir(&self.node, &self.op, self.b.div(x, d))?
+                    }
+                    // log(1 + eˣ)
+                    "Softplus" => {
+                        let e = self.unary(UnaryOp::Exp, x)?;
+                        let d = ir(&self.node, &self.op, self.b.add(e, one))?;
+                        self.unary(UnaryOp::Log, d)?
+                    }
+                    // x < 0: α(eˣ − 1), else x (Selu: both times γ; Celu: α(e^(x/α) − 1))
+                    "Elu" | "Selu" | "Celu" => {
+                        let (alpha, gamma) = match op.as_str() {
+                            "Selu" => (attr_f(n, "alpha").unwrap_or(1.673_263_2) as f64, attr_f(n, "gamma").unwrap_or(1.050_701) as f64),
+                            _ => (attr_f(n, "alpha").unwrap_or(1.0) as f64, 1.0),
+                        };
+                        let arg = if op == "Celu" { ir(&self.node, &self.op, self.b.scale(x, 1.0 / alpha))? } else { x };
+                        let e = self.unary(UnaryOp::Exp, arg)?;
+                        let em1 = ir(&self.node, &self.op, self.b.sub(e, one))?;
+                        let neg = ir(&self.node, &self.op, self.b.scale(em1, alpha))?;
+                        let lt = ir(&self.node, &self.op, self.b.compare(CmpOp::Lt, x, zero))?;
+                        let y = ir(&self.node, &self.op, self.b.select(lt, neg, x))?;
+                        if gamma != 1.0 {
+                            ir(&self.node, &self.op, self.b.scale(y, gamma))?
+                        } else {
+                            y
+                        }
+                    }
+                    // x > α: x, else 0
+                    "ThresholdedRelu" => {
+                        let a = self.scalar(attr_f(n, "alpha").unwrap_or(1.0) as f64, x)?;
+                        let gt = ir(&self.node, &self.op, self.b.compare(CmpOp::Gt, x, a))?;
+                        ir(&self.node, &self.op, self.b.select(gt, x, zero))?
+                    }
+                    // x · max(0, min(1, x/6 + ½))
+                    "HardSwish" => {
+                        let l = ir(&self.node, &self.op, self.b.scale(x, 1.0 / 6.0))?;
+                        let h = self.scalar(0.5, x)?;
+                        let l = ir(&self.node, &self.op, self.b.add(l, h))?;
+                        let m = self.bin(BinaryOp::Min, l, one)?;
+                        let m = self.bin(BinaryOp::Max, m, zero)?;
+                        self.bin(BinaryOp::Mul, x, m)?
+                    }
+                    // x · tanh(log(1 + eˣ))
+                    _ => {
+                        let e = self.unary(UnaryOp::Exp, x)?;
+                        let d = ir(&self.node, &self.op, self.b.add(e, one))?;
+                        let sp = self.unary(UnaryOp::Log, d)?;
+                        let t = self.unary(UnaryOp::Tanh, sp)?;
+                        self.bin(BinaryOp::Mul, x, t)?
+                    }
+                };
+                self.set(&out0, V::T(y, ty));
+            }
+            "PRelu" => {
+                // x < 0: slope·x, else x
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let (slope, _) = self.tensor(self.arg(&ins, 1)?)?;
+                let zero = self.scalar(0.0, x)?;
+                let lt = ir(&self.node, &self.op, self.b.compare(CmpOp::Lt, x, zero))?;
+                let sx = self.bin(BinaryOp::Mul, x, slope)?;
+                let y = ir(&self.node, &self.op, self.b.select(lt, sx, x))?;
+                self.set(&out0, V::T(y, ty));
+            }
+            "Split" => {
+                let shape = self.shape_of(self.arg(&ins, 0)?)?;
+                let axis = norm_axis(attr_i(n, "axis").unwrap_or(0), shape.len()).ok_or_else(|| self.invalid("axis out of range"))?;
+                let ext = shape[axis];
+                let sizes: Vec<usize> = match ins.get(1).filter(|s| !s.is_empty()) {
+                    Some(sp) if opset >= 13 => self.const_ints(sp, "split")?.iter().map(|&v| v.max(0) as usize).collect(),
+                    _ => match attr_ints(n, "split").filter(|v| !v.is_empty() && opset < 13) {
+                        Some(v) => v.iter().map(|&v| v.max(0) as usize).collect(),
+                        None => {
+                            let k = attr_i(n, "num_outputs").map(|v| v.max(1) as usize).unwrap_or(outs.len().max(1));
+                            let each = ext.div_ceil(k);
+                            (0..k).map(|i| each.min(ext.saturating_sub(i * each))).collect()
+                        }
+                    },
+                };
+                if sizes.iter().sum::<usize>() != ext || sizes.len() != outs.len() {
+                    return Err(self.invalid(format!("split {sizes:?} of {ext} into {} outputs", outs.len())));
+                }
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let mut at = 0;
+                for (o, &k) in outs.iter().zip(&sizes) {
+                    let y = ir(&self.node, &self.op, self.b.slice(x, axis, at, at + k))?;
+                    at += k;
+                    self.set(o, V::T(y, ty));
+                }
+            }
+            "LayerNormalization" => {
+                // (x − mean) / √(var + ε) · scale + bias over the axes from `axis` on.
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let r = self.b.shape(x).len();
+                let axis = norm_axis(attr_i(n, "axis").unwrap_or(-1), r).ok_or_else(|| self.invalid("axis out of range"))?;
+                let eps = attr_f(n, "epsilon").unwrap_or(1e-5) as f64;
+                let axes: Vec<usize> = (axis..r).collect();
+                let mean = self.reduce(ReduceOp::Mean, x, &axes, true)?;
+                let d = ir(&self.node, &self.op, self.b.sub(x, mean))?;
+                let sq = self.bin(BinaryOp::Mul, d, d)?;
+                let var = self.reduce(ReduceOp::Mean, sq, &axes, true)?;
+                let e = self.scalar(eps, x)?;
+                let ve = ir(&self.node, &self.op, self.b.add(var, e))?;
+                let inv = self.unary(UnaryOp::Rsqrt, ve)?;
+                let norm = self.bin(BinaryOp::Mul, d, inv)?;
+                let (scale, _) = self.tensor(self.arg(&ins, 1)?)?;
+                let mut y = self.bin(BinaryOp::Mul, norm, scale)?;
+                if let Some(bias) = ins.get(2).filter(|s| !s.is_empty()) {
+                    let (bias, _) = self.tensor(bias)?;
+                    y = ir(&self.node, &self.op, self.b.add(y, bias))?;
+                }
+                self.set(&out0, V::T(y, ty));
+                if let Some(o) = outs.get(1) {
+                    self.set(o, V::T(mean, ty));
+                }
+                if let Some(o) = outs.get(2) {
+                    self.set(o, V::T(inv, ty));
+                }
+            }
+            "Trilu" => {
+                // Keep x[.., i, j] where j − i ≥ k (upper) or j − i ≤ k (lower), else 0.
+                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let k = match ins.get(1).filter(|s| !s.is_empty()) {
+                    Some(kname) => match self.constant(kname)? {
+                        Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => v[0],
+                        _ => return Err(self.unsupported("k computed at run time")),
+                    },
+                    None => 0,
+                };
+                let shape = self.b.shape(x).to_vec();
+                if shape.len() < 2 {
+                    return Err(self.invalid("input of rank < 2"));
+                }
+                let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+                let k = i32::try_from(k).map_err(|_| self.invalid(format!("k = {k}")))?;
+                let i = ir(&self.node, &self.op, self.b.iota(&[rows, cols], 0, DType::I32))?;
+                let j = ir(&self.node, &self.op, self.b.iota(&[rows, cols], 1, DType::I32))?;
+                let diff = ir(&self.node, &self.op, self.b.sub(j, i))?;
+                let kc = ir(&self.node, &self.op, self.b.constant(k as f64, DType::I32))?;
+                let cmp = if attr_i(n, "upper").unwrap_or(1) != 0 { CmpOp::Ge } else { CmpOp::Le };
+                let keep = ir(&self.node, &self.op, self.b.compare(cmp, diff, kc))?;
+                let zero = self.scalar(0.0, x)?;
+                let y = ir(&self.node, &self.op, self.b.select(keep, x, zero))?;
+                self.set(&out0, V::T(y, ty));
+            }
+            "Pad" => {
+                let mode = attr(n, "mode").and_then(|a| a.s.clone()).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_else(|| "constant".into());
+                if mode != "constant" {
+                    return Err(self.unsupported(format!("mode '{mode}'")));
+                }
+                let shape = self.shape_of(self.arg(&ins, 0)?)?;
+                let r = shape.len();
+                let (pads, value, axes) = if opset < 11 {
+                    (attr_ints(n, "pads").unwrap_or_default(), attr_f(n, "value").unwrap_or(0.0) as f64, None)
+                } else {
+                    let pads = self.const_ints(self.arg(&ins, 1)?, "pads")?;
+                    let value = match ins.get(2).filter(|s| !s.is_empty()) {
+                        None => 0.0,
+                        Some(v) => match self.constant(v)? {
+                            Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => v[0] as f64,
+                            Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => v[0] as f64,
+                            _ => return Err(self.unsupported("constant_value computed at run time")),
+                        },
+                    };
+                    let axes = match ins.get(3).filter(|s| !s.is_empty()) {
+                        Some(a) => Some(self.const_ints(a, "axes")?),
+                        None => None,
+                    };
+                    (pads, value, axes)
+                };
+                let axes: Vec<usize> = match axes {
+                    Some(a) => a.iter().map(|&v| norm_axis(v, r).ok_or_else(|| self.invalid(format!("axes {a:?}")))).collect::<R<_>>()?,
+                    None => (0..r).collect(),
+                };
+                if pads.len() != 2 * axes.len() {
+                    return Err(self.invalid(format!("{} pads for {} axes", pads.len(), axes.len())));
+                }
+                let (mut y, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                let fill = self.scalar(value, y)?;
+                for (k, &axis) in axes.iter().enumerate() {
+                    let (before, after) = (pads[k], pads[k + axes.len()]);
+                    // Negative pads crop.
+                    let cur = self.b.shape(y)[axis] as i64;
+                    let (lo, hi) = ((-before).max(0), cur - (-after).max(0));
+                    if lo > 0 || hi < cur {
+                        if lo > hi {
+                            return Err(self.invalid(format!("pads {pads:?} crop more than the axis holds")));
+                        }
+                        y = ir(&self.node, &self.op, self.b.slice(y, axis, lo as usize, hi as usize))?;
+                    }
+                    let mut parts = Vec::new();
+                    for (count, at_end) in [(before.max(0) as usize, false), (after.max(0) as usize, true)] {
+                        if count == 0 {
+                            continue;
+                        }
+                        let mut block = self.b.shape(y).to_vec();
+                        block[axis] = count;
+                        let ones = vec![1; block.len()];
+                        let f = ir(&self.node, &self.op, self.b.reshape(fill, &ones))?;
+                        let f = ir(&self.node, &self.op, self.b.expand(f, &block))?;
+                        parts.push((at_end, f));
+                    }
+                    if !parts.is_empty() {
+                        let mut xs: Vec<Tensor> = parts.iter().filter(|p| !p.0).map(|p| p.1).collect();
+                        xs.push(y);
+                        xs.extend(parts.iter().filter(|p| p.0).map(|p| p.1));
+                        y = ir(&self.node, &self.op, self.b.concat(&xs, axis))?;
+                    }
+                }
                 self.set(&out0, V::T(y, ty));
             }
             "Range" => return Err(self.unsupported("bounds computed at run time (its length is a shape)")),
