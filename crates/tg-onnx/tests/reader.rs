@@ -172,8 +172,8 @@ fn bad_input_is_an_error_naming_what_is_wrong() {
     check(mlp(vec![weight("w", &[3, 4], &W)]), HashMap::new(), &["node 'add'", "'b'"]);
     // An op with no mapping: its type, node and opset.
     let mut m = mlp(vec![weight("w", &[3, 4], &W), weight("b", &[4], &B)]);
-    m.graph.as_mut().unwrap().node[2] = node("Celu", "act", &["z"], &["y"]);
-    check(m, HashMap::new(), &["Celu", "'act'", "opset 17"]);
+    m.graph.as_mut().unwrap().node[2] = node("Frobnicate", "act", &["z"], &["y"]);
+    check(m, HashMap::new(), &["Frobnicate", "'act'", "opset 17"]);
     // An unknown element type.
     let mut w = weight("w", &[3, 4], &W);
     w.data_type = Some(11);
