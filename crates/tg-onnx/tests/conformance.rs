@@ -22,24 +22,8 @@ use tg_ir::{HostData, HostTensor};
 use tg_onnx::{decode_tensor, OnnxError, OnnxModel, ValueData};
 use tg_runtime::Device;
 
-fn cases_dir() -> Option<PathBuf> {
-    let p = std::env::var_os("TG_ONNX_TESTS").map(PathBuf::from).unwrap_or_else(|| {
-        let base = std::env::var_os("TG_CACHE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
-                .join("tensor-graphs")
-        });
-        base.join("onnx/node-tests-1.16.2")
-    });
-    if p.join(".complete").is_file() {
-        return Some(p);
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
-    assert!(!ci, "ONNX node tests not found at {} under CI (scripts/test.sh runs scripts/fetch_onnx_tests.py)", p.display());
-    eprintln!("SKIPPED: ONNX node tests not found at {} (python3 scripts/fetch_onnx_tests.py)", p.display());
-    None
-}
+mod common;
+use common::cases_dir;
 
 enum Outcome {
     Passed,
