@@ -1463,7 +1463,8 @@ pub fn import_with(model: &OnnxModel, shapes: &HashMap<String, Vec<usize>>, valu
         let shape = match shapes.get(&name) {
             Some(s) => {
                 if !declared.is_empty() && (s.len() != declared.len() || s.iter().zip(&declared).any(|(&a, d)| d.is_some_and(|d| d != a))) {
-                    return Err(OnnxError::Invalid(format!("{file}: input '{name}' is {declared:?} in the model, given {s:?}")));
+                    let shown: Vec<String> = declared.iter().map(|d| d.map_or("?".to_string(), |v| v.to_string())).collect();
+                    return Err(OnnxError::Invalid(format!("{file}: input '{name}' is [{}] in the model, given {s:?}", shown.join(", "))));
                 }
                 s.clone()
             }

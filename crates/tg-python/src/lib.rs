@@ -27,6 +27,7 @@ mod errors;
 mod graph;
 mod json;
 mod models;
+mod onnx;
 mod planner;
 
 use pyo3::prelude::*;
@@ -40,6 +41,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<models::PyEmbeddingGemma>()?;
     m.add_class::<models::TokenStream>()?;
     m.add_class::<models::Token>()?;
+    m.add_class::<onnx::OnnxSession>()?;
+    m.add_function(wrap_pyfunction!(onnx::onnx_load, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(graph::reference_eval, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::default_threads, m)?)?;

@@ -93,6 +93,21 @@ def embed_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def onnx_tests() -> Path:
+    """The ONNX backend node tests of onnx 1.16.2 (scripts/fetch_onnx_tests.py)."""
+    if os.environ.get("TG_ONNX_TESTS"):
+        p = Path(os.environ["TG_ONNX_TESTS"])
+    else:
+        p = _cache_dir().parent / "onnx" / "node-tests-1.16.2"
+    if not (p / ".complete").is_file():
+        msg = f"ONNX node tests not found at {p}: run scripts/fetch_onnx_tests.py or set TG_ONNX_TESTS"
+        if os.environ.get("TG_ALLOW_MISSING_MODEL") == "1":
+            pytest.skip(f"SKIPPED (TG_ALLOW_MISSING_MODEL=1): {msg}")
+        pytest.fail(msg)
+    return p
+
+
+@pytest.fixture(scope="session")
 def tg_cli() -> Path:
     """The `tg` binary."""
     if os.environ.get("TG_CLI"):

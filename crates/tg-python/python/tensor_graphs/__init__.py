@@ -29,7 +29,7 @@ The GIL is released while the engine computes.
 """
 
 from ._native import Compiled, EmbeddingGemma, Gemma3, Token, TokenStream, __version__, default_threads, plan_problem
-from . import errors, fused
+from . import errors, fused, onnx
 from .errors import (
     CompileError,
     DTypeError,
