@@ -475,25 +475,26 @@ impl Deriver<'_> {
         !self.info[v].dep && !self.info[v].seq.iter().any(|&s| s)
     }
 
-    /// May `(v, req)` be met from a state?
-    fn cacheable(&self, v: NodeId, req: &Req) -> bool {
+    /// Is `(v, req)` the kind of demand a state can meet (all rows along one sequence axis
+    /// of a value that depends on the input)?
+    fn state_shaped(&self, v: NodeId, req: &Req) -> bool {
         let i = &self.info[v];
-        let seq_axes = i.seq.iter().filter(|&&s| s).count();
-        let ok = i.dep && seq_axes == 1 && req.contains(&ALL) && !self.forbidden.contains(&v);
-        match &self.forced {
-            Some(set) => ok && set.contains(&state_name(v)),
-            None => ok,
-        }
+        i.dep && i.seq.iter().filter(|&&s| s).count() == 1 && req.contains(&ALL)
+    }
+
+    /// May `(v, req)` be met from a state (within the budget's exclusions and the forced set)?
+    fn cacheable(&self, v: NodeId, req: &Req) -> bool {
+        self.state_shaped(v, req) && !self.forbidden.contains(&v) && self.forced.as_ref().is_none_or(|set| set.contains(&state_name(v)))
     }
 
     fn new_req(req: &Req) -> Req {
         req.iter().map(|&q| if q == ALL { NEW } else { q }).collect()
     }
 
-    /// Could `(v, req)` be offered as a state at all (the budget's exclusions aside)?
+    /// Could `(v, req)` be offered to the planner as a state (no forced set; the budget's
+    /// exclusions aside)?
     fn keepable(&self, v: NodeId, req: &Req) -> bool {
-        let i = &self.info[v];
-        self.forced.is_none() && i.dep && i.seq.iter().filter(|&&s| s).count() == 1 && req.contains(&ALL)
+        self.forced.is_none() && self.state_shaped(v, req)
     }
 
     /// Cost of meeting `req` on `v` by applying its rule (operands at their cheapest), or

@@ -29,8 +29,7 @@ fn main() {
     }
     let g = m.graph();
     println!("{path}: opset {}, {} nodes, {} initializers", m.opset, g.node.len(), g.initializer.len());
-    let init: std::collections::HashSet<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
-    for v in g.input.iter().filter(|v| !init.contains(v.name.as_deref().unwrap_or(""))) {
+    for v in m.inputs() {
         let name = v.name.clone().unwrap_or_default();
         let dims: Vec<String> = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
             Some(tg_onnx::proto::type_proto::Value::TensorType(t)) => t

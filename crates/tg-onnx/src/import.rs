@@ -197,6 +197,16 @@ impl Imp<'_> {
         }
     }
 
+    /// A one-element numeric constant input as `f64` (`None`: computed at run time, or not
+    /// one element).
+    fn const_scalar(&mut self, name: &str) -> R<Option<f64>> {
+        Ok(match self.constant(name)? {
+            Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => Some(v[0] as f64),
+            Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => Some(v[0] as f64),
+            _ => None,
+        })
+    }
+
     fn const_ints(&mut self, name: &str, what: &str) -> R<Vec<i64>> {
         match self.constant(name)? {
             Some(Value { data: ValueData::I64(v), .. }) => Ok(v),
@@ -465,10 +475,9 @@ impl Imp<'_> {
                     let mut bound = |k: usize| -> R<Option<f64>> {
                         match ins.get(k).filter(|s| !s.is_empty()) {
                             None => Ok(None),
-                            Some(name) => match self.constant(name)? {
-                                Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => Ok(Some(v[0] as f64)),
-                                Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => Ok(Some(v[0] as f64)),
-                                _ => Err(self.unsupported("min/max computed at run time")),
+                            Some(name) => match self.const_scalar(name)? {
+                                Some(v) => Ok(Some(v)),
+                                None => Err(self.unsupported("min/max computed at run time")),
                             },
                         }
                     };
@@ -487,10 +496,9 @@ impl Imp<'_> {
             }
             "Pow" => {
                 let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
-                let e = match self.constant(self.arg(&ins, 1)?)? {
-                    Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => v[0] as f64,
-                    Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => v[0] as f64,
-                    _ => return Err(self.unsupported("an exponent other than a constant 0.5, 1, 2 or 3")),
+                let e = match self.const_scalar(self.arg(&ins, 1)?)? {
+                    Some(e) => e,
+                    None => return Err(self.unsupported("an exponent other than a constant 0.5, 1, 2 or 3")),
                 };
                 let y = match e {
                     1.0 => x,
@@ -993,10 +1001,9 @@ impl Imp<'_> {
                     let pads = self.const_ints(self.arg(&ins, 1)?, "pads")?;
                     let value = match ins.get(2).filter(|s| !s.is_empty()) {
                         None => 0.0,
-                        Some(v) => match self.constant(v)? {
-                            Some(Value { data: ValueData::F32(v), .. }) if v.len() == 1 => v[0] as f64,
-                            Some(Value { data: ValueData::I64(v), .. }) if v.len() == 1 => v[0] as f64,
-                            _ => return Err(self.unsupported("constant_value computed at run time")),
+                        Some(v) => match self.const_scalar(v)? {
+                            Some(v) => v,
+                            None => return Err(self.unsupported("constant_value computed at run time")),
                         },
                     };
                     let axes = match ins.get(3).filter(|s| !s.is_empty()) {
@@ -1413,10 +1420,8 @@ pub fn import_with(model: &OnnxModel, shapes: &HashMap<String, Vec<usize>>, valu
     let mut imp =
         Imp { model, b: GraphBuilder::new(), vals: HashMap::new(), lazy: HashMap::new(), weights: OnnxWeights::default(), consts: 0, node: String::new(), op: String::new() };
     let file = model.path.display().to_string();
-    let mut initialized = std::collections::HashSet::new();
     for t in &g.initializer {
         let name = t.name.clone().unwrap_or_default();
-        initialized.insert(name.clone());
         if t.data_type == Some(dt::FLOAT) {
             imp.lazy.insert(name, t);
         } else {
@@ -1424,42 +1429,20 @@ pub fn import_with(model: &OnnxModel, shapes: &HashMap<String, Vec<usize>>, valu
             imp.vals.insert(name, V::C(v));
         }
     }
-    let declared: std::collections::HashSet<&str> = g.input.iter().filter_map(|v| v.name.as_deref()).filter(|n| !initialized.contains(*n)).collect();
-    if let Some(extra) = shapes.keys().find(|k| !declared.contains(k.as_str())) {
-        return Err(OnnxError::Invalid(format!("{file}: the model has no input '{extra}'")));
-    }
-    if let Some(extra) = values.keys().find(|k| !declared.contains(k.as_str())) {
+    let fed = model.inputs();
+    if let Some(extra) = shapes.keys().chain(values.keys()).find(|k| !fed.iter().any(|v| v.name.as_deref() == Some(k.as_str()))) {
         return Err(OnnxError::Invalid(format!("{file}: the model has no input '{extra}'")));
     }
     let mut inputs = Vec::new();
-    for vi in &g.input {
+    for vi in fed {
         let name = vi.name.clone().unwrap_or_default();
-        if initialized.contains(&name) {
-            continue;
-        }
         if let Some(v) = values.get(&name) {
             imp.vals.insert(name, V::C(v.clone()));
             continue;
         }
-        let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-            Some(crate::proto::type_proto::Value::TensorType(t)) => t,
-            _ => return Err(OnnxError::UnsupportedType(format!("{file}: input '{name}' is not a tensor (sequences, maps and optionals are not supported)"))),
-        };
-        let ty = tt.elem_type.unwrap_or(0);
+        let (declared, ty) = crate::tensor_type(vi)
+            .ok_or_else(|| OnnxError::UnsupportedType(format!("{file}: input '{name}' is not a tensor (sequences, maps and optionals are not supported)")))?;
         let dtype = ir_dtype(ty).ok_or_else(|| OnnxError::UnsupportedType(format!("{file}: input '{name}': element type {} is not supported", type_name(ty))))?;
-        let declared: Vec<Option<usize>> = tt
-            .shape
-            .as_ref()
-            .map(|s| {
-                s.dim
-                    .iter()
-                    .map(|d| match d.value {
-                        Some(crate::proto::tensor_shape_proto::dimension::Value::DimValue(v)) if v >= 0 => Some(v as usize),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let shape = match shapes.get(&name) {
             Some(s) => {
                 if !declared.is_empty() && (s.len() != declared.len() || s.iter().zip(&declared).any(|(&a, d)| d.is_some_and(|d| d != a))) {

@@ -85,8 +85,8 @@ pub enum OnnxError {
 pub struct OnnxModel {
     /// The file.
     pub path: PathBuf,
-    /// The decoded model.
-    pub proto: proto::ModelProto,
+    /// The decoded model (checked to have a graph).
+    proto: proto::ModelProto,
     /// The default (`ai.onnx`) domain's opset version.
     pub opset: i64,
     /// External data files, mapped on first use.
@@ -131,9 +131,21 @@ impl OnnxModel {
         Ok(OnnxModel { path, proto, opset, external: Default::default() })
     }
 
+    /// The decoded model.
+    pub fn proto(&self) -> &proto::ModelProto {
+        &self.proto
+    }
+
     /// The graph (checked present by [`OnnxModel::open`]).
     pub fn graph(&self) -> &proto::GraphProto {
         self.proto.graph.as_ref().expect("checked at open")
+    }
+
+    /// The graph inputs that are not initializers: what a caller feeds.
+    pub fn inputs(&self) -> Vec<&proto::ValueInfoProto> {
+        let g = self.graph();
+        let init: std::collections::HashSet<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
+        g.input.iter().filter(|v| !init.contains(v.name.as_deref().unwrap_or(""))).collect()
     }
 
     /// The folder external data is relative to.
@@ -173,6 +185,27 @@ impl OnnxModel {
         }
         Ok(all.slice(offset..end))
     }
+}
+
+/// The tensor type of a graph input or output: its declared dimensions (`None` for a
+/// dynamic one) and its ONNX element type; `None` when the value is not a tensor (a
+/// sequence, map or optional).
+pub fn tensor_type(v: &proto::ValueInfoProto) -> Option<(Vec<Option<usize>>, i32)> {
+    let Some(proto::type_proto::Value::TensorType(t)) = v.r#type.as_ref()?.value.as_ref() else { return None };
+    let dims = t
+        .shape
+        .as_ref()
+        .map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match d.value {
+                    Some(proto::tensor_shape_proto::dimension::Value::DimValue(x)) => usize::try_from(x).ok(),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((dims, t.elem_type.unwrap_or(0)))
 }
 
 /// Weights of an imported graph: initializers (slices of the model's memory map) and the

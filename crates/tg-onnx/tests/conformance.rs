@@ -79,13 +79,11 @@ fn run_case(dir: &Path, cpu: &Arc<dyn Device>) -> (BTreeSet<String>, Outcome) {
     };
     let ops: BTreeSet<String> = model.graph().node.iter().map(|n| n.op_type.clone().unwrap_or_default()).collect();
     // Sequence, map and optional values (their .pb files are not TensorProtos).
-    let tensor = |v: &tg_onnx::proto::ValueInfoProto| matches!(v.r#type.as_ref().and_then(|t| t.value.as_ref()), Some(tg_onnx::proto::type_proto::Value::TensorType(_)));
-    if let Some(v) = model.graph().input.iter().chain(&model.graph().output).find(|v| !tensor(v)) {
+    if let Some(v) = model.graph().input.iter().chain(&model.graph().output).find(|v| tg_onnx::tensor_type(v).is_none()) {
         return (ops, Outcome::Unsupported(format!("'{}' is not a tensor (sequences, maps and optionals are not supported)", v.name.as_deref().unwrap_or(""))));
     }
     let data = dir.join("test_data_set_0");
-    let init: BTreeSet<String> = model.graph().initializer.iter().filter_map(|t| t.name.clone()).collect();
-    let names: Vec<String> = model.graph().input.iter().filter_map(|i| i.name.clone()).filter(|n| !init.contains(n)).collect();
+    let names: Vec<String> = model.inputs().iter().filter_map(|i| i.name.clone()).collect();
     let mut inputs = HashMap::new();
     let mut shapes = HashMap::new();
     let mut ints = HashMap::new();

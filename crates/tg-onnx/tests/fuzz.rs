@@ -156,21 +156,9 @@ fn mutate(rng: &mut Rng, src: &[u8]) -> Vec<u8> {
 fn exercise(bytes: Vec<u8>) -> usize {
     let Ok(m) = tg_onnx::OnnxModel::from_bytes(PathBuf::from("mutant.onnx"), bytes.into()) else { return 0 };
     let mut shapes = HashMap::new();
-    for v in &m.graph().input {
-        if let Some(tg_onnx::proto::type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-            let dims: Vec<usize> = t
-                .shape
-                .as_ref()
-                .map(|s| {
-                    s.dim
-                        .iter()
-                        .map(|d| match d.value {
-                            Some(tg_onnx::proto::tensor_shape_proto::dimension::Value::DimValue(v)) if (0..64).contains(&v) => v as usize,
-                            _ => 2,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+    for v in m.inputs() {
+        if let Some((dims, _)) = tg_onnx::tensor_type(v) {
+            let dims: Vec<usize> = dims.iter().map(|d| d.filter(|&x| x < 64).unwrap_or(2)).collect();
             shapes.insert(v.name.clone().unwrap_or_default(), dims);
         }
     }

@@ -29,7 +29,7 @@ pub struct OnnxSession {
     model: OnnxModel,
     devices: Vec<Arc<dyn Device>>,
     /// Graph inputs (not initializers): name, declared dims (`None` = dynamic), ONNX type.
-    inputs: Vec<(String, Vec<Option<i64>>, i32)>,
+    inputs: Vec<(String, Vec<Option<usize>>, i32)>,
     outputs: Vec<(String, i32)>,
     plans: Mutex<HashMap<String, Plan>>,
 }
@@ -112,7 +112,7 @@ impl OnnxSession {
 #[pymethods]
 impl OnnxSession {
     /// Input names, declared dims (`None` for a dynamic one) and types, in the model's order.
-    fn inputs(&self) -> Vec<(String, Vec<Option<i64>>, String)> {
+    fn inputs(&self) -> Vec<(String, Vec<Option<usize>>, String)> {
         self.inputs.iter().map(|(n, d, t)| (n.clone(), d.clone(), type_name(*t).to_string())).collect()
     }
 
@@ -189,41 +189,13 @@ impl OnnxSession {
 #[pyo3(signature = (path, devices=vec!["cpu".to_string()], threads=0))]
 pub(crate) fn onnx_load(path: &str, devices: Vec<String>, threads: usize) -> PyResult<OnnxSession> {
     let model = OnnxModel::open(path).map_err(onnx_err)?;
-    let g = model.graph();
-    let init: std::collections::HashSet<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
     let mut inputs = Vec::new();
-    for v in g.input.iter().filter(|v| !init.contains(v.name.as_deref().unwrap_or(""))) {
-        let (dims, ty) = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-            Some(tg_onnx::proto::type_proto::Value::TensorType(t)) => (
-                t.shape
-                    .as_ref()
-                    .map(|s| {
-                        s.dim
-                            .iter()
-                            .map(|d| match d.value {
-                                Some(tg_onnx::proto::tensor_shape_proto::dimension::Value::DimValue(x)) => Some(x),
-                                _ => None,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                t.elem_type.unwrap_or(0),
-            ),
-            _ => return Err(err(Kind::Model, format!("{path}: input '{}' is not a tensor", v.name.as_deref().unwrap_or(""))).into()),
-        };
-        inputs.push((v.name.clone().unwrap_or_default(), dims, ty));
+    for v in model.inputs() {
+        let name = v.name.clone().unwrap_or_default();
+        let (dims, ty) = tg_onnx::tensor_type(v).ok_or_else(|| PyErr::from(err(Kind::Model, format!("{path}: input '{name}' is not a tensor"))))?;
+        inputs.push((name, dims, ty));
     }
-    let outputs = g
-        .output
-        .iter()
-        .map(|v| {
-            let ty = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
-                Some(tg_onnx::proto::type_proto::Value::TensorType(t)) => t.elem_type.unwrap_or(0),
-                _ => 0,
-            };
-            (v.name.clone().unwrap_or_default(), ty)
-        })
-        .collect();
+    let outputs = model.graph().output.iter().map(|v| (v.name.clone().unwrap_or_default(), tg_onnx::tensor_type(v).map_or(0, |t| t.1))).collect();
     let devices = devices_named(&devices, threads)?;
     Ok(OnnxSession { model, devices, inputs, outputs, plans: Mutex::new(HashMap::new()) })
 }
