@@ -361,7 +361,10 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
             | Op::Softmax
             | Op::Attention { .. }
             | Op::AddRmsNorm { .. }
-            | Op::AttentionSeqMajor { .. } => {
+            | Op::AttentionSeqMajor { .. }
+            | Op::Conv { .. }
+            | Op::Im2Col { .. }
+            | Op::Pool { .. } => {
                 let k = tg_runtime::select(&n.op, &operands(g, n), shape, l.quantize_activations).map(|(k, _)| k).ok_or_else(|| CompileError::Unsupported {
                     node: i,
                     op: n.op.name(),

@@ -85,6 +85,9 @@ fn variant(op: &Op) -> u8 {
         Op::StoreRows { .. } => 28,
         // Never an e-node (loading unions its ways), but ordered all the same.
         Op::Alternatives => 29,
+        Op::Conv { .. } => 30,
+        Op::Im2Col { .. } => 31,
+        Op::Pool { .. } => 32,
     }
 }
 
@@ -119,8 +122,21 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
         Op::Concat { axis } => (None, v(&[*axis as u64])),
         Op::RmsNorm { eps_bits } | Op::RmsNormRopeNeox { eps_bits } | Op::AddRmsNorm { eps_bits } => (None, v(&[*eps_bits])),
         Op::Attention { scale_bits } | Op::AttentionSeqMajor { scale_bits } => (None, v(&[*scale_bits])),
+        Op::Conv { window, groups } | Op::Im2Col { window, groups } => (None, window_key(window, *groups as u64)),
+        Op::Pool { kind, window } => (None, window_key(window, *kind as u64)),
         Op::Where | Op::Alternatives | Op::Reshape | Op::Expand | Op::Gather | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax => (None, SmallVec::new()),
     }
+}
+
+/// A window's lists (each prefixed by its length, so the key is unambiguous) after `first`.
+fn window_key(w: &tg_ir::Window, first: u64) -> SmallVec<[u64; 4]> {
+    let mut k: SmallVec<[u64; 4]> = SmallVec::new();
+    k.push(first);
+    for list in [&w.size, &w.stride, &w.dilation, &w.pad_begin, &w.pad_end] {
+        k.push(list.len() as u64);
+        k.extend(list.iter().map(|&x| x as u64));
+    }
+    k
 }
 
 fn cmp_op(a: &Op, b: &Op) -> Ordering {

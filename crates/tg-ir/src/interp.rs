@@ -5,7 +5,7 @@
 //! purpose; kernels, rewrite rules and compiled plans are all tested against it.
 
 use crate::shape::{broadcast_strides, contiguous_strides, numel, strided_offsets};
-use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, ReduceOp, WeightStore};
+use crate::{BinaryOp, CmpOp, DType, Graph, HostTensor, IrError, Node, Op, PoolKind, ReduceOp, WeightStore, Window};
 use std::collections::HashMap;
 
 /// A dense f64 tensor (values of any dtype, widened exactly).
@@ -55,6 +55,61 @@ impl Value<'_> {
             }
         }
     }
+}
+
+/// Calls `f` for each tap of output position `o` (row-major over `osp`) of `window` over an
+/// input of spatial dims `sp`, in tap order, with the tap's row-major input offset or `None`
+/// for padding.
+fn for_taps(window: &Window, sp: &[usize], osp: &[usize], o: usize, mut f: impl FnMut(Option<usize>)) {
+    let r = window.rank();
+    let mut oi = vec![0usize; r];
+    let mut rest = o;
+    for a in (0..r).rev() {
+        oi[a] = rest % osp[a];
+        rest /= osp[a];
+    }
+    for j in 0..window.taps() {
+        let mut rest = j;
+        let mut at = Some(0usize);
+        let mut ji = vec![0usize; r];
+        for a in (0..r).rev() {
+            ji[a] = rest % window.size[a];
+            rest /= window.size[a];
+        }
+        for a in 0..r {
+            let pos = (oi[a] * window.stride[a] + ji[a] * window.dilation[a]) as isize - window.pad_begin[a] as isize;
+            at = match at {
+                Some(acc) if pos >= 0 && (pos as usize) < sp[a] => Some(acc * sp[a] + pos as usize),
+                _ => None,
+            };
+        }
+        f(at);
+    }
+}
+
+/// The im2col matrix `[N, g, (C/g)·taps, P]` of `x [N, C, *S]` (see [`Op::Im2Col`]).
+fn im2col_f64(x: &Array, window: &Window, _groups: usize) -> Vec<f64> {
+    let (batch, c, sp) = (x.shape[0], x.shape[1], &x.shape[2..]);
+    let Ok(osp) = window.output(sp) else { return Vec::new() };
+    let (isz, p, taps) = (numel(sp), numel(&osp), window.taps());
+    let mut cols = vec![0f64; batch * c * taps * p];
+    for b in 0..batch {
+        for ch in 0..c {
+            let plane = &x.data[(b * c + ch) * isz..][..isz];
+            // (b, ch / cg, ch % cg) rows start at ((b·g + gi)·cg + c')·taps = (b·c + ch)·taps.
+            let base = (b * c + ch) * taps;
+            for o in 0..p {
+                let mut j = 0;
+                for_taps(window, sp, &osp, o, |at| {
+                    if let Some(at) = at {
+                        cols[(base + j) * p + o] = plane[at];
+                    }
+                    j += 1;
+                });
+            }
+        }
+    }
+    cols
 }
 
 fn broadcast_to(a: &Array, shape: &[usize]) -> Vec<f64> {
@@ -273,6 +328,59 @@ fn eval_node<'w>(
                 match args[0] {
                     Value::Stored { shape, ty, bytes } => data.extend(stored_row(shape, *ty, bytes, id as usize).map_err(|e| err(i, n, e))?),
                     Value::Dense(t) => data.extend_from_slice(&t.data[id as usize * k..][..k]),
+                }
+            }
+            out(data)
+        }
+        Op::Conv { window, groups } | Op::Im2Col { window, groups } => {
+            let x = dense(0)?;
+            let cols = im2col_f64(&x, window, *groups);
+            if matches!(n.op, Op::Im2Col { .. }) {
+                return out(cols);
+            }
+            // out[n, gi·Mg + m', p] = Σ_k w[gi·Mg + m', k] · cols[n, gi, k, p].
+            let w = dense(1)?;
+            let (batch, m, g) = (x.shape[0], n.shape[1], *groups);
+            let (mg, k, p) = (m / g, w.data.len() / m.max(1), numel(&n.shape[2..]));
+            let mut data = vec![0f64; numel(&n.shape)];
+            for b in 0..batch {
+                for gi in 0..g {
+                    let col = &cols[(b * g + gi) * k * p..][..k * p];
+                    for mm in 0..mg {
+                        let oc = gi * mg + mm;
+                        let wr = &w.data[oc * k..][..k];
+                        let o = &mut data[(b * m + oc) * p..][..p];
+                        for (kk, &wv) in wr.iter().enumerate() {
+                            for (ov, cv) in o.iter_mut().zip(&col[kk * p..][..p]) {
+                                *ov += wv * cv;
+                            }
+                        }
+                    }
+                }
+            }
+            out(data)
+        }
+        Op::Pool { kind, window } => {
+            let x = dense(0)?;
+            let (nc, sp) = (x.shape[0] * x.shape[1], &x.shape[2..]);
+            let osp = &n.shape[2..];
+            let (isz, osz) = (numel(sp), numel(osp));
+            let mut data = Vec::with_capacity(nc * osz);
+            for plane in x.data.chunks(isz.max(1)).take(nc) {
+                for o in 0..osz {
+                    let (mut acc, mut count) = (if *kind == PoolKind::Max { f64::NEG_INFINITY } else { 0.0 }, 0usize);
+                    for_taps(window, sp, osp, o, |pos| {
+                        if let Some(at) = pos {
+                            let v = plane[at];
+                            acc = if *kind == PoolKind::Max { if v.is_nan() || v > acc { v } else { acc } } else { acc + v };
+                            count += 1;
+                        }
+                    });
+                    data.push(match kind {
+                        PoolKind::Max => acc,
+                        PoolKind::Avg => acc / count.max(1) as f64,
+                        PoolKind::AvgPadded => acc / window.taps() as f64,
+                    });
                 }
             }
             out(data)

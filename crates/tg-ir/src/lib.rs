@@ -16,6 +16,7 @@ mod op;
 /// Shape helpers: broadcasting, strides, element counts.
 pub mod shape;
 mod verify;
+mod window;
 
 pub use dtype::DType;
 pub use graph::{Graph, GraphBuilder, Node, NodeId, Tensor, WeightInfo};
@@ -23,6 +24,7 @@ pub use host::{f32_bytes, HostData, HostTensor, WeightStore};
 pub use op::{BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
 pub use shape::{broadcast_shapes, Shape};
 pub use verify::{infer, verify, MAX_TENSOR_BYTES};
+pub use window::{PoolKind, Window};
 
 use thiserror::Error;
 

@@ -217,6 +217,37 @@ pub enum Op {
     /// Rows of a rank-2 table selected by i32 indices: `out[ids.., :] = table[ids[..], :]`.
     /// Inputs: `[table, ids]`; output f32 of shape `ids.shape + [row_len]`.
     Gather,
+    /// Grouped convolution (cross-correlation, as in every framework) over 1 to 3 spatial
+    /// axes with zero padding. Inputs `[x [N, C, *S], w [M, C/groups, *window.size]]` (f32);
+    /// output `[N, M, *window.output(S)]` with
+    /// `out[n, m, o] = Σ_{c < C/g, j} w[m, c, j] · x[n, (m / (M/g))·(C/g) + c, o·stride − pad_begin + j·dilation]`
+    /// (0 outside the input). A bias is a separate add.
+    Conv {
+        /// The window: kernel size, strides, dilations, padding.
+        window: crate::Window,
+        /// Groups `g`: `C` and `M` are multiples of it.
+        groups: usize,
+    },
+    /// The unfolded windows of a convolution's input (im2col): a convolution is a matmul of
+    /// the weights with it, `conv(x, w) = reshape(matmul(reshape(w, [g, M/g, K]), im2col(x)))`
+    /// with `K = (C/g)·taps`. Inputs `[x [N, C, *S]]`; output `[N, g, K, P]` with `P` the
+    /// product of the output spatial dims and
+    /// `out[n, gi, c·taps + j, o] = x[n, gi·(C/g) + c, o·stride − pad_begin + j·dilation]`
+    /// (0 outside; `j` and `o` row-major over the spatial axes).
+    Im2Col {
+        /// The window.
+        window: crate::Window,
+        /// Groups.
+        groups: usize,
+    },
+    /// Pooling over 1 to 3 spatial axes. Inputs `[x [N, C, *S]]` (f32); output
+    /// `[N, C, *window.output(S)]`, each element the [`crate::PoolKind`] of its window.
+    Pool {
+        /// Maximum or mean.
+        kind: crate::PoolKind,
+        /// The window.
+        window: crate::Window,
+    },
 
     // ---- Fused ops. Rewrite targets only: a model definition never builds them; the
     // e-graph rules introduce them, and each is defined as (and tested against) the
@@ -306,6 +337,9 @@ impl Op {
             Op::Slice { axis, start, end } => format!("slice[{axis}:{start}..{end}]"),
             Op::Concat { axis } => format!("concat[{axis}]"),
             Op::Gather => "gather".into(),
+            Op::Conv { window, groups } => if *groups == 1 { format!("conv[{window}]") } else { format!("conv[{window} g{groups}]") },
+            Op::Im2Col { window, groups } => if *groups == 1 { format!("im2col[{window}]") } else { format!("im2col[{window} g{groups}]") },
+            Op::Pool { kind, window } => format!("pool_{kind:?}[{window}]").to_lowercase(),
             Op::State { name } => format!("state:{name}"),
             Op::StoreRows { axis } => format!("store_rows[{axis}]"),
             Op::Alternatives => "alternatives".into(),

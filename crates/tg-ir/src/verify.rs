@@ -300,6 +300,39 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             s.push(t[1]);
             Ok((s, DType::F32))
         }
+        Op::Conv { window, groups } | Op::Im2Col { window, groups } => {
+            let conv = matches!(op, Op::Conv { .. });
+            arity(op, ins, if conv { 2 } else { 1 })?;
+            all_f32(op, ins)?;
+            let (n, c, out_sp) = windowed(op, ins[0].0, window)?;
+            let g = *groups;
+            if g == 0 || c % g != 0 {
+                return Err(shape_err(op, format!("{c} input channels are not a multiple of {g} groups")));
+            }
+            if !conv {
+                let k = (c / g) * window.taps();
+                return Ok((vec![n, g, k, out_sp.iter().product()], DType::F32));
+            }
+            let w = ins[1].0;
+            let m = *w.first().unwrap_or(&0);
+            if w.len() != window.rank() + 2 || w[1] != c / g || w[2..] != window.size[..] || m == 0 || m % g != 0 {
+                return Err(shape_err(
+                    op,
+                    format!("weight {w:?} must be [M, C/groups = {}, {}] with M a multiple of {g} groups", c / g, window.size.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+                ));
+            }
+            let mut s = vec![n, m];
+            s.extend(out_sp);
+            Ok((s, DType::F32))
+        }
+        Op::Pool { window, .. } => {
+            arity(op, ins, 1)?;
+            all_f32(op, ins)?;
+            let (n, c, out_sp) = windowed(op, ins[0].0, window)?;
+            let mut s = vec![n, c];
+            s.extend(out_sp);
+            Ok((s, DType::F32))
+        }
         Op::RmsNorm { .. } => {
             arity(op, ins, 2)?;
             all_f32(op, ins)?;
@@ -418,6 +451,15 @@ fn retag(e: IrError, op: &Op) -> IrError {
         IrError::DType { detail, .. } => IrError::DType { op: op.name(), detail },
         other => other,
     }
+}
+
+/// `(N, C, output spatial dims)` of a window over `x [N, C, *S]`.
+fn windowed(op: &Op, x: &[usize], window: &crate::Window) -> Result<(usize, usize, Vec<usize>), IrError> {
+    if x.len() != window.rank() + 2 {
+        return Err(shape_err(op, format!("input {x:?} must be [N, C] and {} spatial dims", window.rank())));
+    }
+    let out = window.output(&x[2..]).map_err(|e| shape_err(op, format!("input {x:?}: {e}")))?;
+    Ok((x[0], x[1], out))
 }
 
 fn all_f32(op: &Op, ins: &[(&[usize], DType)]) -> Result<(), IrError> {

@@ -1,5 +1,6 @@
 //! CPU kernels for Tensor Graphs: quantized-weight matmul, f32 batched matmul, row gather
-//! (embedding lookup), elementwise maps, row reductions and strided copies.
+//! (embedding lookup), elementwise maps, row reductions, strided copies, and convolution,
+//! im2col and pooling windows.
 //!
 //! # Instruction sets
 //! Every kernel has one generic implementation written against a small vector abstraction and
@@ -22,6 +23,7 @@
 //! (measured worst NMSE ≈ 3e-12).
 #![warn(missing_docs)]
 
+mod conv;
 mod copy;
 mod dequant;
 mod elementwise;
@@ -36,6 +38,7 @@ mod simd;
 use thiserror::Error;
 pub use tg_quant::GgmlType;
 
+pub use conv::{conv2d_f32, conv2d_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with, Pool, Window2d};
 pub use copy::copy_strided_f32;
 pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, has_simd_decoder, supports_type};
 pub use elementwise::{

@@ -360,6 +360,39 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
             args.push(l(n_out));
             ck.run(queue, "tg_gelu", &args, &[n_out], None)
         }
+        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } => {
+            let g = tg_runtime::window_2d(window, &ins[0].layout.shape)?;
+            let [oh, ow] = g.out_hw().map_err(|e| e.to_string())?;
+            let geom = [l(g.size[0]), l(g.size[1]), l(g.stride[0]), l(g.stride[1]), l(g.dilation[0]), l(g.dilation[1]), l(g.pad_begin[0]), l(g.pad_begin[1])];
+            let mut args = Vec::from(t(&ins[0]));
+            match kernel {
+                Kernel::Conv { groups, .. } => {
+                    args.extend(t(&ins[1]));
+                    args.extend(t(out));
+                    args.extend([l(g.n), l(g.c), l(g.in_hw[0]), l(g.in_hw[1]), l(ol.shape[1]), l(*groups), l(oh), l(ow)]);
+                    args.extend(geom);
+                    ck.run(queue, "tg_conv", &args, &[n_out], None)
+                }
+                Kernel::Im2Col { .. } => {
+                    args.extend(t(out));
+                    args.extend([l(g.n), l(g.c), l(g.in_hw[0]), l(g.in_hw[1]), l(oh), l(ow)]);
+                    args.extend(geom);
+                    ck.run(queue, "tg_im2col", &args, &[n_out], None)
+                }
+                _ => {
+                    let kind = match kernel {
+                        Kernel::Pool { kind: tg_ir::PoolKind::Max, .. } => 0,
+                        Kernel::Pool { kind: tg_ir::PoolKind::Avg, .. } => 1,
+                        _ => 2,
+                    };
+                    args.extend(t(out));
+                    args.extend([l(g.n * g.c), l(g.in_hw[0]), l(g.in_hw[1]), l(oh), l(ow)]);
+                    args.extend(geom);
+                    args.push(A::I(kind));
+                    ck.run(queue, "tg_pool", &args, &[n_out], None)
+                }
+            }
+        }
         Kernel::Softmax => {
             let n = *ol.shape.last().unwrap_or(&1);
             let rows = n_out.checked_div(n).unwrap_or(0);

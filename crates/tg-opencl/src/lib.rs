@@ -52,18 +52,19 @@ use opencl3::types::CL_BLOCKING;
 use tg_runtime::{Kernel, Layout};
 
 /// The OpenCL C sources of the kernel program, in build order.
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 5] = [
     ("common.cl", include_str!("cl/common.cl")),
     ("elementwise.cl", include_str!("cl/elementwise.cl")),
     ("quant.cl", include_str!("cl/quant.cl")),
     ("fused.cl", include_str!("cl/fused.cl")),
+    ("window.cl", include_str!("cl/window.cl")),
 ];
 
 /// Name of the kernel program (in errors).
 pub const PROGRAM_NAME: &str = "tg_kernels";
 
 /// Every kernel function of the program (created once by [`ClKernels::build`]).
-pub const KERNEL_NAMES: [&str; 20] = [
+pub const KERNEL_NAMES: [&str; 23] = [
     "tg_fill",
     "tg_iota",
     "tg_unary",
@@ -84,6 +85,9 @@ pub const KERNEL_NAMES: [&str; 20] = [
     "tg_gelu",
     "tg_softmax",
     "tg_attention",
+    "tg_conv",
+    "tg_im2col",
+    "tg_pool",
 ];
 
 /// Errors of building the program and its kernels.

@@ -85,5 +85,7 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
         | Kernel::GatedGelu
         | Kernel::Softmax
         | Kernel::AddRmsNorm { .. } => Ok(()),
+        // Element indices are longs; the geometry is the CPU's (`tg_runtime::window_2d`).
+        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } => tg_runtime::window_2d(window, &ins[0].shape).map(|_| ()),
     }
 }

@@ -145,6 +145,20 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
             need(ids.dtype == DType::I32 && ids.is_contiguous(), || "gather: ids must be contiguous i32".into())?;
             need(out.dtype == DType::F32 && out.numel() == ids.numel() * t.shape[1], || "gather output size".into())
         }
+        Kernel::Conv { window, groups } | Kernel::Im2Col { window, groups } => {
+            let conv = matches!(kernel, Kernel::Conv { .. });
+            arity(if conv { 2 } else { 1 })?;
+            fused_f32(ins)?;
+            need(out.dtype == DType::F32 && out.is_contiguous(), || "conv/im2col: contiguous f32 output".into())?;
+            let op = if conv { tg_ir::Op::Conv { window: window.clone(), groups: *groups } } else { tg_ir::Op::Im2Col { window: window.clone(), groups: *groups } };
+            window_shapes(&op, ins, out)
+        }
+        Kernel::Pool { kind, window } => {
+            arity(1)?;
+            fused_f32(ins)?;
+            need(out.dtype == DType::F32 && out.is_contiguous(), || "pool: contiguous f32 output".into())?;
+            window_shapes(&tg_ir::Op::Pool { kind: *kind, window: window.clone() }, ins, out)
+        }
         Kernel::RmsNorm { .. } => {
             arity(2)?;
             fused_f32(ins)?;
@@ -213,6 +227,40 @@ fn rope_tables(out: &Layout, cos: &Layout, sin: &Layout, what: &str) -> Result<(
     let (seq, half) = (out.shape[0], out.shape[2] / 2);
     let ok = |l: &Layout| l.numel() == seq * half && l.shape.last() == Some(&half) && l.shape.first() == Some(&seq);
     need(ok(cos) && ok(sin), || format!("{what}: cos/sin must be [seq, .., d/2] with one row per position"))
+}
+
+/// The plane geometry the window kernels of every device take for `window` over `x [N, C,
+/// *S]`: a 1-D window is a plane of height 1. An error for 3 spatial axes or a shape that
+/// does not fit.
+pub fn window_2d(window: &tg_ir::Window, x: &[usize]) -> Result<tg_kernels::Window2d, String> {
+    window.check()?;
+    let r = window.rank();
+    if r > 2 || x.len() != r + 2 {
+        return Err(format!("window {window} over {x:?}: the kernels take 1 or 2 spatial axes"));
+    }
+    let two = |v: &[usize], fill: usize| if r == 1 { [fill, v[0]] } else { [v[0], v[1]] };
+    Ok(tg_kernels::Window2d {
+        n: x[0],
+        c: x[1],
+        in_hw: two(&x[2..], 1),
+        size: two(&window.size, 1),
+        stride: two(&window.stride, 1),
+        dilation: two(&window.dilation, 1),
+        pad_begin: two(&window.pad_begin, 0),
+        pad_end: two(&window.pad_end, 0),
+    })
+}
+
+/// The window kernels take the IR op's shapes exactly, over at most 2 spatial axes.
+fn window_shapes(op: &tg_ir::Op, ins: &[Layout], out: &Layout) -> Result<(), String> {
+    let window = match op {
+        tg_ir::Op::Conv { window, .. } | tg_ir::Op::Im2Col { window, .. } | tg_ir::Op::Pool { window, .. } => window,
+        _ => return Err("not a window op".into()),
+    };
+    need(window.rank() <= 2, || format!("{}: the kernels take 1 or 2 spatial axes, not {}", op.name(), window.rank()))?;
+    let typed: Vec<(&[usize], DType)> = ins.iter().map(|l| (&l.shape[..], l.dtype)).collect();
+    let (shape, _) = tg_ir::infer(op, &typed, None).map_err(|e| e.to_string())?;
+    need(shape == out.shape, || format!("{}: output {:?}, expected {shape:?}", op.name(), out.shape))
 }
 
 /// All operands contiguous f32 (the fused kernels read plain rows).

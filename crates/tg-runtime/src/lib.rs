@@ -14,6 +14,7 @@ mod exec;
 mod plan;
 pub mod registry;
 
+pub use contract::window_2d;
 pub use cpu::{cpu_registry, CpuDevice};
 pub use device::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event};
 pub use exec::{Executable, Span, StateSet};

@@ -154,6 +154,29 @@ pub enum Kernel {
         /// `f64::to_bits` of epsilon.
         eps_bits: u64,
     },
+    /// Direct grouped convolution ([`tg_ir::Op::Conv`]): `x [N, C, *S]`, `w [M, C/g, *K]`,
+    /// contiguous f32; output `[N, M, *O]`.
+    Conv {
+        /// Kernel size, strides, dilations, padding.
+        window: tg_ir::Window,
+        /// Groups.
+        groups: usize,
+    },
+    /// The unfolded windows of a convolution's input ([`tg_ir::Op::Im2Col`]): `x [N, C, *S]`
+    /// contiguous f32; output `[N, g, (C/g)·taps, P]`.
+    Im2Col {
+        /// The window.
+        window: tg_ir::Window,
+        /// Groups.
+        groups: usize,
+    },
+    /// Max / average pooling ([`tg_ir::Op::Pool`]): `x [N, C, *S]` contiguous f32.
+    Pool {
+        /// What the window computes.
+        kind: tg_ir::PoolKind,
+        /// The window.
+        window: tg_ir::Window,
+    },
     /// Fused GELU (tanh approximation).
     GeluTanh,
     /// Fused `gelu_tanh(gate) · up`.
@@ -219,6 +242,9 @@ impl Kernel {
             Kernel::GeluTanh => "gelu_tanh".into(),
             Kernel::GatedGelu => "gated_gelu".into(),
             Kernel::Softmax => "softmax".into(),
+            Kernel::Conv { .. } => "conv".into(),
+            Kernel::Im2Col { .. } => "im2col".into(),
+            Kernel::Pool { kind, .. } => format!("pool_{kind:?}").to_lowercase(),
             Kernel::Attention { .. } => "attention".into(),
             Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major".into(),

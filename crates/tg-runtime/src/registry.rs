@@ -27,6 +27,9 @@ pub const FAMILIES: &[&str] = &[
     "concat",
     "gather",
     "store_rows",
+    "conv",
+    "im2col",
+    "pool",
     "rms_norm",
     "rope_neox",
     "rms_norm_rope_neox",
@@ -63,6 +66,9 @@ impl Kernel {
             Kernel::GeluTanh => "gelu_tanh",
             Kernel::GatedGelu => "gated_gelu",
             Kernel::Softmax => "softmax",
+            Kernel::Conv { .. } => "conv",
+            Kernel::Im2Col { .. } => "im2col",
+            Kernel::Pool { .. } => "pool",
             Kernel::Attention { .. } => "attention",
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major",
             Kernel::AddRmsNorm { .. } => "add_rms_norm",
@@ -246,6 +252,9 @@ pub fn select(op: &Op, ins: &[Operand], out: &[usize], quantize_activations: boo
         }
         Op::Concat { axis } => (Kernel::Concat { axis: *axis }, all()),
         Op::Gather => (Kernel::Gather, all()),
+        Op::Conv { window, groups } => (Kernel::Conv { window: window.clone(), groups: *groups }, all()),
+        Op::Im2Col { window, groups } => (Kernel::Im2Col { window: window.clone(), groups: *groups }, all()),
+        Op::Pool { kind, window } => (Kernel::Pool { kind: *kind, window: window.clone() }, all()),
         Op::RmsNorm { eps_bits } => (Kernel::RmsNorm { eps_bits: *eps_bits }, all()),
         // The kernels read cos/sin as one row per position; the op broadcasts them to
         // `[seq, heads, d/2]`: the same only when they are `[seq, 1, d/2]`.
@@ -340,6 +349,11 @@ pub fn work(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Work {
             }
             0.0
         }
+        // out [N, M, *O], w [M, C/g, *K]: one multiply-add per weight element per output
+        // position.
+        Kernel::Conv { .. } => 2.0 * n * ins.get(1).map_or(1, |w| w.shape[1..].iter().product::<usize>()) as f64,
+        Kernel::Im2Col { .. } => 0.0,
+        Kernel::Pool { window, .. } => n * window.taps() as f64,
         Kernel::RmsNorm { .. } => 4.0 * n,
         // out = [2, ..x]: the sum (1 flop) and its norm (4) per element of x.
         Kernel::AddRmsNorm { .. } => 2.5 * n,

@@ -481,6 +481,24 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
             tg_kernels::get_rows(ins[0].0, ty, lt.shape[1], lt.shape[0], ids, o).map_err(|e| e.to_string())?;
         }
+        Kernel::Conv { window, groups } => {
+            let g = crate::window_2d(window, &ins[0].1.shape)?;
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::conv2d_f32(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
+        }
+        Kernel::Im2Col { window, .. } => {
+            let g = crate::window_2d(window, &ins[0].1.shape)?;
+            tg_kernels::im2col_f32(&g, f32_in(ins, 0)?, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+        }
+        Kernel::Pool { kind, window } => {
+            let g = crate::window_2d(window, &ins[0].1.shape)?;
+            let kind = match kind {
+                tg_ir::PoolKind::Max => tg_kernels::Pool::Max,
+                tg_ir::PoolKind::Avg => tg_kernels::Pool::Avg,
+                tg_ir::PoolKind::AvgPadded => tg_kernels::Pool::AvgPadded,
+            };
+            tg_kernels::pool2d_f32(&g, kind, f32_in(ins, 0)?, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
+        }
         Kernel::RmsNorm { eps_bits } => {
             let n = *out.shape.last().unwrap_or(&1);
             let (x, w) = (f32_in(ins, 0)?, f32_in(ins, 1)?);

@@ -1,0 +1,348 @@
+//! Sliding-window kernels over 2-D planes (1-D is a plane of height 1): direct grouped
+//! convolution, im2col (the unfolded windows a matmul turns into a convolution) and max /
+//! average pooling.
+//!
+//! Every kernel works one output row at a time: for each window tap it finds the output
+//! columns whose input column is inside the plane (the rest read padding) and, where the
+//! column stride is 1, runs the tap over them as one vector loop; other strides take a
+//! scalar loop. Rows are split across threads.
+
+use crate::dequant::SimdDecode;
+use crate::isa::{checked, isa, run_on, IsaTask};
+use crate::par::{for_ranges, SyncPtr};
+use crate::simd::Simd;
+use crate::{check_len, mul, Isa, KernelError};
+
+/// Output rows per task below which a window kernel stays on one thread (times the work of
+/// a row, see each kernel).
+const MIN_WORK_PER_TASK: usize = 1 << 15;
+
+/// The geometry of a window over `[n, c, h, w]` planes: the window's size, strides,
+/// dilations and padding per axis (`[height, width]`; a 1-D window has height 1, stride 1,
+/// no padding along it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window2d {
+    /// Batch.
+    pub n: usize,
+    /// Input channels.
+    pub c: usize,
+    /// Input height and width.
+    pub in_hw: [usize; 2],
+    /// Window height and width.
+    pub size: [usize; 2],
+    /// Strides (≥ 1).
+    pub stride: [usize; 2],
+    /// Dilations (≥ 1).
+    pub dilation: [usize; 2],
+    /// Padding before (top, left).
+    pub pad_begin: [usize; 2],
+    /// Padding after (bottom, right).
+    pub pad_end: [usize; 2],
+}
+
+impl Window2d {
+    /// Output height and width, or an error when the window is malformed or longer than the
+    /// padded input.
+    pub fn out_hw(&self) -> Result<[usize; 2], KernelError> {
+        let mut o = [0; 2];
+        for a in 0..2 {
+            if self.size[a] == 0 || self.stride[a] == 0 || self.dilation[a] == 0 {
+                return Err(KernelError::Shape(format!("window {:?}: sizes, strides and dilations must be >= 1", self)));
+            }
+            let padded = self.in_hw[a] + self.pad_begin[a] + self.pad_end[a];
+            let extent = self.dilation[a] * (self.size[a] - 1) + 1;
+            if padded < extent {
+                return Err(KernelError::Shape(format!("window {:?}: padded input {padded} is shorter than the window's extent {extent}", self)));
+            }
+            o[a] = (padded - extent) / self.stride[a] + 1;
+        }
+        Ok(o)
+    }
+
+    fn taps(&self) -> usize {
+        self.size[0] * self.size[1]
+    }
+
+    /// Input row of output row `o`, tap row `j`, or `None` for padding.
+    #[inline(always)]
+    fn in_row(&self, o: usize, j: usize) -> Option<usize> {
+        let p = (o * self.stride[0] + j * self.dilation[0]).checked_sub(self.pad_begin[0])?;
+        (p < self.in_hw[0]).then_some(p)
+    }
+
+    /// Output columns `lo..hi` whose input column for tap column `j` is inside the row, and
+    /// the input column of `lo`.
+    #[inline(always)]
+    fn cols(&self, ow: usize, j: usize) -> (usize, usize, usize) {
+        let (s, off, w) = (self.stride[1], j * self.dilation[1], self.in_hw[1]);
+        let pad = self.pad_begin[1];
+        // Smallest o with o·s + off ≥ pad, and one past the largest with o·s + off − pad < w.
+        let lo = pad.saturating_sub(off).div_ceil(s);
+        let hi = if w + pad > off { ((w + pad - off - 1) / s + 1).min(ow) } else { 0 };
+        let lo = lo.min(hi);
+        (lo, hi, (lo * s + off).saturating_sub(pad))
+    }
+}
+
+/// `out[i] += a · x[i]` for `i < n`.
+#[inline(always)]
+unsafe fn axpy<S: Simd>(a: f32, x: *const f32, out: *mut f32, n: usize) {
+    let (l, av) = (S::LANES, S::splat(a));
+    let mut i = 0;
+    while i + l <= n {
+        S::store(out.add(i), S::fma(av, S::load(x.add(i)), S::load(out.add(i))));
+        i += l;
+    }
+    if i < n {
+        let t = n - i;
+        S::store_tail(out.add(i), t, S::fma(av, S::load_tail(x.add(i), t), S::load_tail(out.add(i), t)));
+    }
+}
+
+struct ConvTask {
+    x: *const f32,
+    w: *const f32,
+    out: *mut f32,
+    g: Window2d,
+    m: usize,
+    groups: usize,
+    ohw: [usize; 2],
+    /// Output rows `(n·m + oc)·oh + oy`.
+    rows: std::ops::Range<usize>,
+}
+
+impl IsaTask for ConvTask {
+    type Output = ();
+    #[inline(always)]
+    unsafe fn run<S: SimdDecode>(self) {
+        let ConvTask { x, w, out, g, m, groups, ohw: [oh, ow], rows } = self;
+        let (cg, mg) = (g.c / groups, m / groups);
+        let [ih, iw] = g.in_hw;
+        let [kh, kw] = g.size;
+        for r in rows {
+            let (plane, oy) = (r / oh, r % oh);
+            let (b, oc) = (plane / m, plane % m);
+            let c0 = (oc / mg) * cg;
+            let orow = out.add(r * ow);
+            std::ptr::write_bytes(orow, 0, ow);
+            for ci in 0..cg {
+                let xplane = x.add((b * g.c + c0 + ci) * ih * iw);
+                let wk = w.add((oc * cg + ci) * kh * kw);
+                for jy in 0..kh {
+                    let Some(iy) = g.in_row(oy, jy) else { continue };
+                    let xrow = xplane.add(iy * iw);
+                    for jx in 0..kw {
+                        let wv = *wk.add(jy * kw + jx);
+                        let (lo, hi, ix) = g.cols(ow, jx);
+                        if g.stride[1] == 1 {
+                            axpy::<S>(wv, xrow.add(ix), orow.add(lo), hi - lo);
+                        } else {
+                            for (k, o) in (lo..hi).enumerate() {
+                                *orow.add(o) += wv * *xrow.add(ix + k * g.stride[1]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Direct grouped convolution (cross-correlation) of `x [n, c, h, w]` with
+/// `weights [m, c/groups, kh, kw]` into `out [n, m, oh, ow]` (see [`Window2d`]); padding reads
+/// zeros. Accumulates in f32 in tap order.
+pub fn conv2d_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    conv2d_f32_with(isa(), g, groups, m, x, weights, out)
+}
+
+/// [`conv2d_f32`] on an explicit ISA.
+pub fn conv2d_f32_with(isa: Isa, g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    let [oh, ow] = g.out_hw()?;
+    if groups == 0 || g.c % groups != 0 || m % groups != 0 {
+        return Err(KernelError::Shape(format!("conv2d: {} input and {m} output channels are not multiples of {groups} groups", g.c)));
+    }
+    let planes = mul("conv2d", g.n, g.c)?;
+    check_len("conv2d: x", mul("conv2d: x", planes, mul("conv2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
+    let per_oc = mul("conv2d: weights", g.c / groups, g.taps())?;
+    check_len("conv2d: weights", mul("conv2d: weights", m, per_oc)?, weights.len())?;
+    let rows = mul("conv2d: out", mul("conv2d: out", g.n, m)?, oh)?;
+    check_len("conv2d: out", mul("conv2d: out", rows, ow)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let (xp, wp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(weights.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
+    let per_row = (per_oc * ow).max(1);
+    for_ranges(rows, (MIN_WORK_PER_TASK / per_row).max(1), 1, |rows| run_on(isa, ConvTask { x: xp.get(), w: wp.get(), out: op.get(), g: *g, m, groups, ohw: [oh, ow], rows }));
+    Ok(())
+}
+
+/// The unfolded windows of `x [n, c, h, w]`: `out [n, c·kh·kw, oh·ow]` with row
+/// `(ch·kh + jy)·kw + jx` holding, for every output position, the input element its tap
+/// `(jy, jx)` reads (0 for padding). With groups this is `[n, g, (c/g)·taps, oh·ow]`, the same
+/// memory. A convolution is then `weights [m, (c/g)·taps] · out` per group.
+pub fn im2col_f32(g: &Window2d, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    let [oh, ow] = g.out_hw()?;
+    let planes = mul("im2col", g.n, g.c)?;
+    check_len("im2col: x", mul("im2col: x", planes, mul("im2col: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
+    let p = mul("im2col: out", oh, ow)?;
+    let rows = mul("im2col: out", planes, g.taps())?;
+    check_len("im2col: out", mul("im2col: out", rows, p)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let (xp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
+    let [ih, iw] = g.in_hw;
+    let [kh, kw] = g.size;
+    let g = *g;
+    for_ranges(rows, (MIN_WORK_PER_TASK / p.max(1)).max(1), 1, |rows| {
+        for r in rows {
+            let (plane, tap) = (r / (kh * kw), r % (kh * kw));
+            let (jy, jx) = (tap / kw, tap % kw);
+            // SAFETY: row `r` of `out` is written by this task only; reads stay in `x`.
+            unsafe {
+                let xplane = xp.get().add(plane * ih * iw) as *const f32;
+                let orow = op.get().add(r * p);
+                let (lo, hi, ix) = g.cols(ow, jx);
+                for oy in 0..oh {
+                    let o = std::slice::from_raw_parts_mut(orow.add(oy * ow), ow);
+                    let Some(iy) = g.in_row(oy, jy) else {
+                        o.fill(0.0);
+                        continue;
+                    };
+                    let xrow = xplane.add(iy * iw);
+                    o[..lo].fill(0.0);
+                    o[hi..].fill(0.0);
+                    if g.stride[1] == 1 {
+                        std::ptr::copy_nonoverlapping(xrow.add(ix), o.as_mut_ptr().add(lo), hi - lo);
+                    } else {
+                        for (k, v) in o[lo..hi].iter_mut().enumerate() {
+                            *v = *xrow.add(ix + k * g.stride[1]);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// What a pooling window computes (as `tg_ir::PoolKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// Maximum of the taps inside the input.
+    Max,
+    /// Mean of the taps inside the input.
+    Avg,
+    /// Sum of the taps inside the input over the window's size.
+    AvgPadded,
+}
+
+struct PoolTask {
+    x: *const f32,
+    out: *mut f32,
+    g: Window2d,
+    kind: Pool,
+    ohw: [usize; 2],
+    rows: std::ops::Range<usize>,
+}
+
+impl IsaTask for PoolTask {
+    type Output = ();
+    #[inline(always)]
+    unsafe fn run<S: SimdDecode>(self) {
+        let PoolTask { x, out, g, kind, ohw: [oh, ow], rows } = self;
+        let [ih, iw] = g.in_hw;
+        let [kh, kw] = g.size;
+        let l = S::LANES;
+        for r in rows {
+            let (plane, oy) = (r / oh, r % oh);
+            let xplane = x.add(plane * ih * iw);
+            let orow = out.add(r * ow);
+            let init = if kind == Pool::Max { f32::NEG_INFINITY } else { 0.0 };
+            std::slice::from_raw_parts_mut(orow, ow).fill(init);
+            let mut valid_rows = 0usize;
+            for jy in 0..kh {
+                let Some(iy) = g.in_row(oy, jy) else { continue };
+                valid_rows += 1;
+                let xrow = xplane.add(iy * iw);
+                for jx in 0..kw {
+                    let (lo, hi, ix) = g.cols(ow, jx);
+                    let (src, dst, n) = (xrow.add(ix), orow.add(lo), hi - lo);
+                    if g.stride[1] == 1 {
+                        let mut i = 0;
+                        while i < n {
+                            let t = (n - i).min(l);
+                            let (a, v) = if t == l { (S::load(dst.add(i)), S::load(src.add(i))) } else { (S::load_tail(dst.add(i), t), S::load_tail(src.add(i), t)) };
+                            let y = if kind == Pool::Max { S::max(a, v) } else { S::add(a, v) };
+                            if t == l {
+                                S::store(dst.add(i), y)
+                            } else {
+                                S::store_tail(dst.add(i), t, y)
+                            }
+                            i += t;
+                        }
+                    } else {
+                        for k in 0..n {
+                            let (a, v) = (*dst.add(k), *src.add(k * g.stride[1]));
+                            *dst.add(k) = if kind == Pool::Max {
+                                if a > v {
+                                    a
+                                } else {
+                                    v
+                                }
+                            } else {
+                                a + v
+                            };
+                        }
+                    }
+                }
+            }
+            match kind {
+                Pool::Max => {}
+                Pool::AvgPadded => {
+                    let inv = 1.0 / g.taps() as f32;
+                    std::slice::from_raw_parts_mut(orow, ow).iter_mut().for_each(|v| *v *= inv);
+                }
+                Pool::Avg => {
+                    // The window is a box: its taps inside the input are (valid rows) × (valid
+                    // columns), the latter per output column.
+                    let o = std::slice::from_raw_parts_mut(orow, ow);
+                    let mut cols = vec![0u32; ow];
+                    for jx in 0..kw {
+                        let (lo, hi, _) = g.cols(ow, jx);
+                        cols[lo..hi].iter_mut().for_each(|c| *c += 1);
+                    }
+                    for (v, &c) in o.iter_mut().zip(&cols) {
+                        let count = valid_rows * c as usize;
+                        *v = if count == 0 { 0.0 } else { *v / count as f32 };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Pooling of `x [n, c, h, w]` into `out [n, c, oh, ow]`: per window the maximum (padding
+/// ignored; a window entirely in padding gives −∞) or the mean ([`Pool::Avg`]: of the taps
+/// inside the input, 0 for none; [`Pool::AvgPadded`]: the sum over the window's size).
+pub fn pool2d_f32(g: &Window2d, kind: Pool, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    pool2d_f32_with(isa(), g, kind, x, out)
+}
+
+/// [`pool2d_f32`] on an explicit ISA.
+pub fn pool2d_f32_with(isa: Isa, g: &Window2d, kind: Pool, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    let [oh, ow] = g.out_hw()?;
+    let planes = mul("pool2d", g.n, g.c)?;
+    check_len("pool2d: x", mul("pool2d: x", planes, mul("pool2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
+    let rows = mul("pool2d: out", planes, oh)?;
+    check_len("pool2d: out", mul("pool2d: out", rows, ow)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let (xp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
+    let per_row = (g.taps() * ow).max(1);
+    for_ranges(rows, (MIN_WORK_PER_TASK / per_row).max(1), 1, |rows| run_on(isa, PoolTask { x: xp.get(), out: op.get(), g: *g, kind, ohw: [oh, ow], rows }));
+    Ok(())
+}

@@ -1,0 +1,78 @@
+// Sliding windows over [n, c, h, w] planes (1-D is a plane of height 1): direct convolution,
+// im2col and pooling, one work-item per output element. The geometry is the tg-kernels
+// Window2d's: input (ih, iw), window (kh, kw), strides (sh, sw), dilations (dh, dw), padding
+// before (ph, pw); output (oh, ow). A tap outside the plane reads padding.
+
+// Direct grouped convolution: o [n, m, oh, ow] = Σ_{ci < c/g, jy, jx} w[oc, ci, jy, jx] ·
+// x[b, group·(c/g) + ci, oy·sh − ph + jy·dh, ox·sw − pw + jx·dw].
+__kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
+                      __global const uchar* w, long wbase, long woff,
+                      __global uchar* o, long obase, long ooff,
+                      long n, long c, long ih, long iw, long m, long groups, long oh, long ow,
+                      long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw) {
+    long id = get_global_id(0);
+    if (id >= n * m * oh * ow) return;
+    __global const float* xp = (__global const float*)(x + xbase) + xoff;
+    __global const float* wp = (__global const float*)(w + wbase) + woff;
+    long ox = id % ow, oy = (id / ow) % oh, oc = (id / (ow * oh)) % m, b = id / (ow * oh * m);
+    long cg = c / groups, c0 = (oc / (m / groups)) * cg;
+    float acc = 0.0f;
+    for (long ci = 0; ci < cg; ++ci) {
+        __global const float* plane = xp + (b * c + c0 + ci) * ih * iw;
+        __global const float* wk = wp + (oc * cg + ci) * kh * kw;
+        for (long jy = 0; jy < kh; ++jy) {
+            long iy = oy * sh - ph + jy * dh;
+            if (iy < 0 || iy >= ih) continue;
+            for (long jx = 0; jx < kw; ++jx) {
+                long ix = ox * sw - pw + jx * dw;
+                if (ix < 0 || ix >= iw) continue;
+                acc = fma(wk[jy * kw + jx], plane[iy * iw + ix], acc);
+            }
+        }
+    }
+    ((__global float*)(o + obase))[ooff + id] = acc;
+}
+
+// im2col: o [n, c·kh·kw, oh·ow], row (ch·kh + jy)·kw + jx, column oy·ow + ox.
+__kernel void tg_im2col(__global const uchar* x, long xbase, long xoff,
+                        __global uchar* o, long obase, long ooff,
+                        long n, long c, long ih, long iw, long oh, long ow,
+                        long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw) {
+    long id = get_global_id(0);
+    long p = oh * ow;
+    if (id >= n * c * kh * kw * p) return;
+    long col = id % p, row = id / p;
+    long ox = col % ow, oy = col / ow;
+    long jx = row % kw, jy = (row / kw) % kh, plane = row / (kw * kh);
+    long iy = oy * sh - ph + jy * dh, ix = ox * sw - pw + jx * dw;
+    float v = 0.0f;
+    if (iy >= 0 && iy < ih && ix >= 0 && ix < iw) v = ((__global const float*)(x + xbase))[xoff + plane * ih * iw + iy * iw + ix];
+    ((__global float*)(o + obase))[ooff + id] = v;
+}
+
+// Pooling: kind 0 max (padding ignored), 1 mean of the taps inside, 2 sum over kh·kw.
+__kernel void tg_pool(__global const uchar* x, long xbase, long xoff,
+                      __global uchar* o, long obase, long ooff,
+                      long planes, long ih, long iw, long oh, long ow,
+                      long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw, int kind) {
+    long id = get_global_id(0);
+    if (id >= planes * oh * ow) return;
+    long ox = id % ow, oy = (id / ow) % oh, pl = id / (ow * oh);
+    __global const float* plane = (__global const float*)(x + xbase) + xoff + pl * ih * iw;
+    float acc = kind == 0 ? -INFINITY : 0.0f;
+    long count = 0;
+    for (long jy = 0; jy < kh; ++jy) {
+        long iy = oy * sh - ph + jy * dh;
+        if (iy < 0 || iy >= ih) continue;
+        for (long jx = 0; jx < kw; ++jx) {
+            long ix = ox * sw - pw + jx * dw;
+            if (ix < 0 || ix >= iw) continue;
+            float v = plane[iy * iw + ix];
+            acc = kind == 0 ? (acc > v ? acc : v) : acc + v;
+            ++count;
+        }
+    }
+    if (kind == 1) acc = count == 0 ? 0.0f : acc / (float)count;
+    if (kind == 2) acc = acc / (float)(kh * kw);
+    ((__global float*)(o + obase))[ooff + id] = acc;
+}
