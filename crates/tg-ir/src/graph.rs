@@ -396,6 +396,21 @@ impl GraphBuilder {
         self.push(Op::Alternatives, ways, None)
     }
 
+    /// `Op::Conv`: grouped convolution of `x [N, C, *S]` with `w [M, C/groups, *window.size]`.
+    pub fn conv(&mut self, x: Tensor, w: Tensor, window: crate::Window, groups: usize) -> Result<Tensor, IrError> {
+        self.push(Op::Conv { window, groups }, &[x, w], None)
+    }
+
+    /// `Op::Im2Col`: the unfolded windows of `x [N, C, *S]`.
+    pub fn im2col(&mut self, x: Tensor, window: crate::Window, groups: usize) -> Result<Tensor, IrError> {
+        self.push(Op::Im2Col { window, groups }, &[x], None)
+    }
+
+    /// `Op::Pool`: max or average pooling of `x [N, C, *S]`.
+    pub fn pool(&mut self, x: Tensor, kind: crate::PoolKind, window: crate::Window) -> Result<Tensor, IrError> {
+        self.push(Op::Pool { kind, window }, &[x], None)
+    }
+
     /// Row lookup `table[ids]`.
     pub fn gather(&mut self, table: Tensor, ids: Tensor) -> Result<Tensor, IrError> {
         self.push(Op::Gather, &[table, ids], None)

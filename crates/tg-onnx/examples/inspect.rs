@@ -2,7 +2,8 @@
 //! what the importer says of it for given input shapes.
 //!
 //! `cargo run --release -p tg-onnx --example inspect -- MODEL.onnx [NAME=D0,D1,...]...`
-//! (a dynamic dimension not given is bound to 1).
+//! (a dynamic dimension not given is bound to 1). `TG_INSPECT_OPS=Conv,Resize` also prints
+//! every node of those op types with its attributes.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,6 +57,38 @@ fn main() {
     let mut ops: BTreeMap<String, usize> = BTreeMap::new();
     for n in &g.node {
         *ops.entry(n.op_type.clone().unwrap_or_default()).or_default() += 1;
+    }
+    let show: Vec<String> = std::env::var("TG_INSPECT_OPS").unwrap_or_default().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+    for n in g.node.iter().filter(|n| show.iter().any(|s| Some(s) == n.op_type.as_ref())) {
+        let attrs: Vec<String> = n
+            .attribute
+            .iter()
+            .map(|a| {
+                let v = if !a.ints.is_empty() {
+                    format!("{:?}", a.ints)
+                } else if let Some(s) = &a.s {
+                    format!("{:?}", String::from_utf8_lossy(s))
+                } else if let Some(i) = a.i {
+                    i.to_string()
+                } else if let Some(f) = a.f {
+                    f.to_string()
+                } else if a.g.is_some() {
+                    "<graph>".into()
+                } else {
+                    "?".into()
+                };
+                format!("{}={v}", a.name.clone().unwrap_or_default())
+            })
+            .collect();
+        println!("  {} {:?}: in {:?} out {:?} {}", n.op_type.clone().unwrap_or_default(), n.name.clone().unwrap_or_default(), n.input, n.output, attrs.join(" "));
+        for a in n.attribute.iter().filter(|a| a.g.is_some()) {
+            let Some(sub) = &a.g else { continue };
+            let outs: Vec<String> = sub.output.iter().map(|o| o.name.clone().unwrap_or_default()).collect();
+            println!("    {}: outputs {outs:?}", a.name.clone().unwrap_or_default());
+            for bn in &sub.node {
+                println!("      {} {:?}: in {:?} out {:?}", bn.op_type.clone().unwrap_or_default(), bn.name.clone().unwrap_or_default(), bn.input, bn.output);
+            }
+        }
     }
     let supported = tg_onnx::supported_ops();
     let line: Vec<String> = ops.iter().map(|(o, k)| format!("{o}:{k}{}", if supported.contains(&o.as_str()) { "" } else { "*" })).collect();

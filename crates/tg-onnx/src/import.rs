@@ -7,6 +7,8 @@
 //! constant that a tensor op reads is materialised (a scalar as `Op::Constant`, anything
 //! larger as a weight). `float` initializers read by tensor ops are weights read in place.
 
+mod cnn;
+
 use std::collections::HashMap;
 
 use tg_ir::{BinaryOp, CmpOp, DType, Graph, GraphBuilder, ReduceOp, Tensor, UnaryOp};
@@ -29,85 +31,90 @@ pub struct Imported {
 }
 
 /// The ONNX op types the importer maps (each with the variants its code names).
-pub fn supported_ops() -> &'static [&'static str] {
-    &[
-        "Abs",
-        "Add",
-        "And",
-        "Cast",
-        "Clip",
-        "Concat",
-        "Constant",
-        "ConstantOfShape",
-        "Cos",
-        "Div",
-        "Dropout",
-        "Equal",
-        "Exp",
-        "Expand",
-        "Flatten",
-        "Gather",
-        "Gemm",
-        "Greater",
-        "GreaterOrEqual",
-        "HardSigmoid",
-        "Identity",
-        "LeakyRelu",
-        "Less",
-        "LessOrEqual",
-        "Log",
-        "LogSoftmax",
-        "MatMul",
-        "Max",
-        "Mean",
-        "Min",
-        "Mul",
-        "Neg",
-        "Or",
-        "Pow",
-        "Range",
-        "Reciprocal",
-        "ReduceMax",
-        "ReduceMean",
-        "ReduceMin",
-        "ReduceSum",
-        "Relu",
-        "Reshape",
-        "Shape",
-        "Sigmoid",
-        "Sin",
-        "Size",
-        "Slice",
-        "Softmax",
-        "Sqrt",
-        "Squeeze",
-        "Sub",
-        "Sum",
-        "Tanh",
-        "Transpose",
-        "Unsqueeze",
-        "Where",
-        "CastLike",
-        "ReduceSumSquare",
-        "ReduceL1",
-        "ReduceL2",
-        "ReduceLogSum",
-        "ReduceLogSumExp",
-        "Softsign",
-        "Softplus",
-        "Elu",
-        "Selu",
-        "Celu",
-        "ThresholdedRelu",
-        "HardSwish",
-        "Mish",
-        "PRelu",
-        "Split",
-        "LayerNormalization",
-        "Trilu",
-        "Pad",
-    ]
+pub fn supported_ops() -> Vec<&'static str> {
+    let mut v = BASE_OPS.to_vec();
+    v.extend(cnn::OPS);
+    v
 }
+
+/// The op types mapped in this file (the convolution family is in [`cnn`]).
+const BASE_OPS: &[&str] = &[
+    "Abs",
+    "Add",
+    "And",
+    "Cast",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Cos",
+    "Div",
+    "Dropout",
+    "Equal",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Gather",
+    "Gemm",
+    "Greater",
+    "GreaterOrEqual",
+    "HardSigmoid",
+    "Identity",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "LogSoftmax",
+    "MatMul",
+    "Max",
+    "Mean",
+    "Min",
+    "Mul",
+    "Neg",
+    "Or",
+    "Pow",
+    "Range",
+    "Reciprocal",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceSum",
+    "Relu",
+    "Reshape",
+    "Shape",
+    "Sigmoid",
+    "Sin",
+    "Size",
+    "Slice",
+    "Softmax",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
+    "CastLike",
+    "ReduceSumSquare",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "Softsign",
+    "Softplus",
+    "Elu",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
+    "HardSwish",
+    "Mish",
+    "PRelu",
+    "Split",
+    "LayerNormalization",
+    "Trilu",
+    "Pad",
+];
 
 #[derive(Clone)]
 enum V {
@@ -469,28 +476,31 @@ impl Imp<'_> {
             }
             "Clip" => {
                 let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
+                // Bounds known at import are IR constants; computed ones are one-element tensors.
                 let (lo, hi) = if opset < 11 {
-                    (attr_f(n, "min").map(|v| v as f64), attr_f(n, "max").map(|v| v as f64))
+                    let mut c = |v: Option<f32>| -> R<Option<Tensor>> { v.map(|v| self.scalar(v as f64, x)).transpose() };
+                    (c(attr_f(n, "min"))?, c(attr_f(n, "max"))?)
                 } else {
-                    let mut bound = |k: usize| -> R<Option<f64>> {
-                        match ins.get(k).filter(|s| !s.is_empty()) {
-                            None => Ok(None),
-                            Some(name) => match self.const_scalar(name)? {
-                                Some(v) => Ok(Some(v)),
-                                None => Err(self.unsupported("min/max computed at run time")),
-                            },
+                    let mut bound = |k: usize| -> R<Option<Tensor>> {
+                        let Some(name) = ins.get(k).filter(|s| !s.is_empty()) else { return Ok(None) };
+                        if let Some(v) = self.const_scalar(name)? {
+                            return Ok(Some(self.scalar(v, x)?));
                         }
+                        let (t, _) = self.tensor(name)?;
+                        if self.b.shape(t).iter().product::<usize>() != 1 {
+                            return Err(self.invalid(format!("bound '{name}' must hold one element")));
+                        }
+                        Ok(Some(ir(&self.node, &self.op, self.b.reshape(t, &[]))?))
                     };
                     (bound(1)?, bound(2)?)
                 };
+                // min(max(x, lo), hi): with lo > hi every value is hi.
                 let mut y = x;
-                if let Some(h) = hi {
-                    let c = self.scalar(h, x)?;
-                    y = self.bin(BinaryOp::Min, y, c)?;
-                }
                 if let Some(l) = lo {
-                    let c = self.scalar(l, x)?;
-                    y = self.bin(BinaryOp::Max, y, c)?;
+                    y = self.bin(BinaryOp::Max, y, l)?;
+                }
+                if let Some(h) = hi {
+                    y = self.bin(BinaryOp::Min, y, h)?;
                 }
                 self.set(&out0, V::T(y, ty));
             }
@@ -1054,6 +1064,7 @@ impl Imp<'_> {
                 self.set(&out0, V::T(y, ty));
             }
             "Range" => return Err(self.unsupported("bounds computed at run time (its length is a shape)")),
+            other if cnn::OPS.contains(&other) => self.cnn(n, &ins, &outs)?,
             _ => return Err(self.unsupported("")),
         }
         Ok(())
