@@ -484,7 +484,10 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
         Kernel::Conv { window, groups } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-            tg_kernels::conv2d_f32(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
+            // im2col + matmul unless its scratch would pass CONV_SCRATCH_MAX; then direct.
+            let scratch = g.n * g.c * g.size[0] * g.size[1] * n_out / (g.n * out.shape[1]).max(1);
+            let conv = if scratch <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
+            conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
         }
         Kernel::Im2Col { window, .. } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
@@ -553,6 +556,9 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
 }
 
 /// Operand `i` as its contiguous f32 elements.
+/// Largest im2col scratch (in floats, 256 MiB) the CPU convolution allocates.
+const CONV_SCRATCH_MAX: usize = 1 << 26;
+
 fn f32_in<'a>(ins: &[(&'a [u8], &Layout)], i: usize) -> Result<&'a [f32], String> {
     let (b, l) = ins[i];
     Ok(&cast_slice::<f32>(b)?[l.offset..][..l.numel()])
