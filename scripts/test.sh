@@ -14,6 +14,9 @@ export TG_EMBED_MODEL
 # The ONNX backend node tests (from the onnx 1.16.2 wheel, extracted, never installed).
 TG_ONNX_TESTS="$(python3 scripts/fetch_onnx_tests.py)"
 export TG_ONNX_TESTS
+# The ONNX target models (terrain UNet, openwakeword's audio models), from their wheels.
+TG_ONNX_MODELS="$(python3 scripts/fetch_onnx_models.py)"
+export TG_ONNX_MODELS
 # The shared data sets (extraction-gym, MiniMalloc) lie next to the repository in
 # ../shared/data; the data tests fail under CI when they are missing (tests/support/data.rs).
 TG_DATA_DIR="${TG_DATA_DIR:-$(cd .. && pwd)/shared/data}"
@@ -21,6 +24,7 @@ export TG_DATA_DIR
 echo "model: $TG_MODEL"
 echo "embedding model: $TG_EMBED_MODEL"
 echo "onnx node tests: $TG_ONNX_TESTS"
+echo "onnx models: $TG_ONNX_MODELS"
 echo "data: $TG_DATA_DIR"
 cargo test --workspace --release --locked "$@"
 bash scripts/test_python.sh   # the Python package: wheel in target/py-venv, pytest suite (docs/python.md)

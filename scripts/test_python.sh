@@ -5,7 +5,7 @@
 #   scripts/test_python.sh [pytest args...]
 #
 # 1. creates (or reuses) a virtual environment in target/py-venv and installs maturin,
-#    numpy and pytest into it from PyPI (nothing outside target/ is touched);
+#    numpy, pytest, ortools and onnxruntime (the reference for the ONNX models) into it from PyPI (nothing outside target/ is touched);
 # 2. builds the wheel with `maturin build --release` and installs it into the venv, the
 #    way a user would (`pip install tensor_graphs-*.whl`);
 # 3. builds the `tg` binary (the model tests compare Python with it);
@@ -27,7 +27,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     echo "[python] creating $VENV"
     "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.16,<2" "numpy>=1.21" "pytest>=7" "ortools>=9.15,<10"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.16,<2" "numpy>=1.21" "pytest>=7" "ortools>=9.15,<10" "onnxruntime==1.20.1"
 
 if [[ -z "${TG_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
     TG_MODEL="$("$PY" scripts/fetch_model.py)"
@@ -36,6 +36,11 @@ fi
 if [[ -z "${TG_EMBED_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
     TG_EMBED_MODEL="$("$PY" scripts/fetch_embedding_model.py)"
     export TG_EMBED_MODEL
+fi
+
+if [[ -z "${TG_ONNX_MODELS:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
+    TG_ONNX_MODELS="$("$PY" scripts/fetch_onnx_models.py)"
+    export TG_ONNX_MODELS
 fi
 
 echo "[python] building the wheel (maturin build --release)"

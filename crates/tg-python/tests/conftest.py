@@ -93,6 +93,22 @@ def embed_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def onnx_models() -> Path:
+    """The ONNX target models: the terrain UNet and openwakeword's audio models
+    (scripts/fetch_onnx_models.py)."""
+    if os.environ.get("TG_ONNX_MODELS"):
+        p = Path(os.environ["TG_ONNX_MODELS"])
+    else:
+        p = _cache_dir().parent / "onnx" / "models-1"
+    if not (p / ".complete").is_file():
+        msg = f"ONNX models not found at {p}: run scripts/fetch_onnx_models.py or set TG_ONNX_MODELS"
+        if os.environ.get("TG_ALLOW_MISSING_MODEL") == "1":
+            pytest.skip(f"SKIPPED (TG_ALLOW_MISSING_MODEL=1): {msg}")
+        pytest.fail(msg)
+    return p
+
+
+@pytest.fixture(scope="session")
 def onnx_tests() -> Path:
     """The ONNX backend node tests of onnx 1.16.2 (scripts/fetch_onnx_tests.py)."""
     if os.environ.get("TG_ONNX_TESTS"):
