@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 mod common;
-use common::cases_dir;
+use common::{cases_dir, models_dir};
 
 /// xorshift64*: a small, seeded generator (the test must not depend on a crate's stream).
 struct Rng(u64);
@@ -151,14 +151,19 @@ fn mutate(rng: &mut Rng, src: &[u8]) -> Vec<u8> {
     b
 }
 
-/// Decodes and imports `bytes` (inputs at their declared shapes; dynamic ones as 2): 0 if
-/// it does not decode, 1 if it decodes and does not import, 2 if it imports.
+/// Decodes and imports `bytes` (inputs at their declared shapes, dynamic ones and ones of
+/// `cap` or more as 2): 0 if it does not decode, 1 if it decodes and does not import, 2 if it
+/// imports.
 fn exercise(bytes: Vec<u8>) -> usize {
+    exercise_capped(bytes, 64)
+}
+
+fn exercise_capped(bytes: Vec<u8>, cap: usize) -> usize {
     let Ok(m) = tg_onnx::OnnxModel::from_bytes(PathBuf::from("mutant.onnx"), bytes.into()) else { return 0 };
     let mut shapes = HashMap::new();
     for v in m.inputs() {
         if let Some((dims, _)) = tg_onnx::tensor_type(v) {
-            let dims: Vec<usize> = dims.iter().map(|d| d.filter(|&x| x < 64).unwrap_or(2)).collect();
+            let dims: Vec<usize> = dims.iter().map(|d| d.filter(|&x| x < cap).unwrap_or(2)).collect();
             shapes.insert(v.name.clone().unwrap_or_default(), dims);
         }
     }
@@ -219,5 +224,47 @@ fn mutated_models_give_errors_not_panics() {
         panics.len()
     );
     assert!(outcomes[2] > iterations / 20, "too few mutants reach the importer's success path: {outcomes:?}");
+    assert!(panics.is_empty(), "mutants that panic (copy them to tests/crashers/): {panics:?}");
+}
+
+/// The same on the three audio target models (about 1 MB each; the 45 MB terrain UNet is
+/// left to the node tests' op variety): `TG_FUZZ_MODEL_ITERATIONS` mutants (10^4 by default;
+/// the closing notes give a 10^5 run).
+#[test]
+fn mutated_target_models_give_errors_not_panics() {
+    let Some(dir) = models_dir() else { return };
+    let models: Vec<Vec<u8>> = ["melspectrogram.onnx", "embedding_model.onnx", "hey_jarvis_v0.1.onnx"].iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
+    // Dynamic dimensions are bound to 2: the embedding and wake-word models import as they
+    // are; the melspectrogram (2 samples, shorter than its 512-tap window) is refused.
+    let clean: Vec<usize> = models.iter().map(|m| exercise_capped(m.clone(), usize::MAX)).collect();
+    assert_eq!(clean, [1, 2, 2], "the unmutated models");
+    let iterations: usize = std::env::var("TG_FUZZ_MODEL_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let t = std::time::Instant::now();
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut panics = Vec::new();
+    let mut outcomes = [0usize; 3];
+    for i in 0..iterations {
+        let m = mutate(&mut rng, &models[i % models.len()]);
+        let keep = m.clone();
+        match std::panic::catch_unwind(|| exercise_capped(m, usize::MAX)) {
+            Ok(k) => outcomes[k] += 1,
+            Err(_) => {
+                let p = std::env::temp_dir().join(format!("tg-onnx-model-crasher-{i}.onnx"));
+                std::fs::write(&p, &keep).unwrap();
+                panics.push(p);
+            }
+        }
+    }
+    std::panic::set_hook(hook);
+    eprintln!(
+        "{iterations} mutants of the 3 audio models in {:.1} s: {} did not decode, {} decoded but were refused, {} imported; {} panics",
+        t.elapsed().as_secs_f64(),
+        outcomes[0],
+        outcomes[1],
+        outcomes[2],
+        panics.len()
+    );
     assert!(panics.is_empty(), "mutants that panic (copy them to tests/crashers/): {panics:?}");
 }
