@@ -41,21 +41,24 @@ pub struct Window2d {
 }
 
 impl Window2d {
-    /// Output height and width, or an error when the window is malformed or longer than the
-    /// padded input.
+    /// Output height and width, or an error when the window is malformed, longer than the
+    /// padded input, or its padded lengths, extents or tap count overflow `usize` (so the
+    /// kernels' index arithmetic cannot wrap).
     pub fn out_hw(&self) -> Result<[usize; 2], KernelError> {
         let mut o = [0; 2];
-        for a in 0..2 {
+        for (a, len) in o.iter_mut().enumerate() {
             if self.size[a] == 0 || self.stride[a] == 0 || self.dilation[a] == 0 {
                 return Err(KernelError::Shape(format!("window {:?}: sizes, strides and dilations must be >= 1", self)));
             }
-            let padded = self.in_hw[a] + self.pad_begin[a] + self.pad_end[a];
-            let extent = self.dilation[a] * (self.size[a] - 1) + 1;
+            let padded = self.in_hw[a].checked_add(self.pad_begin[a]).and_then(|p| p.checked_add(self.pad_end[a]));
+            let extent = self.dilation[a].checked_mul(self.size[a] - 1).and_then(|e| e.checked_add(1));
+            let (Some(padded), Some(extent)) = (padded, extent) else { return Err(KernelError::Overflow("window: padded length or extent")) };
             if padded < extent {
                 return Err(KernelError::Shape(format!("window {:?}: padded input {padded} is shorter than the window's extent {extent}", self)));
             }
-            o[a] = (padded - extent) / self.stride[a] + 1;
+            *len = (padded - extent) / self.stride[a] + 1;
         }
+        mul("window: taps", self.size[0], self.size[1])?;
         Ok(o)
     }
 
@@ -79,8 +82,11 @@ impl Window2d {
         // Smallest o with o·s + off ≥ pad, and one past the largest with o·s + off − pad < w.
         let lo = pad.saturating_sub(off).div_ceil(s);
         let hi = if w + pad > off { ((w + pad - off - 1) / s + 1).min(ow) } else { 0 };
-        let lo = lo.min(hi);
-        (lo, hi, (lo * s + off).saturating_sub(pad))
+        if lo >= hi {
+            // No column: an empty range (whose input column is never read).
+            return (hi, hi, 0);
+        }
+        (lo, hi, lo * s + off - pad)
     }
 }
 
@@ -159,7 +165,7 @@ pub fn conv2d_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f
 pub fn conv2d_f32_with(isa: Isa, g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     let [oh, ow] = g.out_hw()?;
-    if groups == 0 || g.c % groups != 0 || m % groups != 0 {
+    if groups == 0 || !g.c.is_multiple_of(groups) || !m.is_multiple_of(groups) {
         return Err(KernelError::Shape(format!("conv2d: {} input and {m} output channels are not multiples of {groups} groups", g.c)));
     }
     let planes = mul("conv2d", g.n, g.c)?;
@@ -353,7 +359,7 @@ pub fn pool2d_f32_with(isa: Isa, g: &Window2d, kind: Pool, x: &[f32], out: &mut 
 /// price of `n·c·taps·oh·ow` floats of scratch.
 pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     let [oh, ow] = g.out_hw()?;
-    if groups == 0 || g.c % groups != 0 || m % groups != 0 {
+    if groups == 0 || !g.c.is_multiple_of(groups) || !m.is_multiple_of(groups) {
         return Err(KernelError::Shape(format!("conv2d: {} input and {m} output channels are not multiples of {groups} groups", g.c)));
     }
     let p = mul("conv2d: out", oh, ow)?;

@@ -24,13 +24,17 @@
 //!   one output). Unrounded activations would show NMSE ≈ (1/127)²/12 / (1/3) ≈ 1.5e-5
 //!   against this reference, so a kernel ignoring the flag fails. F32/F16/BF16 weights have
 //!   no q8 path: both numerics are f32 there ([`MATMUL`] against the plain product).
-//! * [`Check::Exact`] for data movement (copy, concat, gather, store_rows), fill, iota,
-//!   casts, selections, comparisons and every i32/bool result, and max reductions.
+//! * [`Check::Exact`] for data movement (copy, concat, gather, store_rows, im2col), fill,
+//!   iota, casts, selections, comparisons and every i32/bool result, and max reductions and
+//!   max pooling.
+//! * Windows: convolutions are f32 sums of K = (C/groups)·taps products (K ≤ 400 here), which
+//!   devices order differently (tap order, or im2col + a blocked matmul): [`MATMUL`]. Average
+//!   pooling is an f32 sum of ≤ 15 taps and one division: [`REDUCE`].
 
 use crate::harness::{Case, Check, View, B};
 use rand::Rng;
 use tg_ir::shape::numel;
-use tg_ir::{BinaryOp, CmpOp, DType, HostData, Op, ReduceOp, UnaryOp};
+use tg_ir::{BinaryOp, CmpOp, DType, HostData, Op, PoolKind, ReduceOp, UnaryOp, Window};
 use tg_quant::GgmlType;
 use tg_runtime::{Kernel, Layout};
 
@@ -62,6 +66,7 @@ pub fn all() -> Vec<Case> {
     movement(&mut v);
     store_rows(&mut v);
     fused(&mut v);
+    windows(&mut v);
     attention(&mut v);
     large(&mut v);
     degenerate(&mut v);
@@ -619,6 +624,74 @@ fn fused(v: &mut Vec<Case>) {
         let xt = b.input(&shape, f(x), &[]);
         let o = b.g.push(Op::Softmax, &[xt], None).expect("softmax");
         v.push(b.finish(Kernel::Softmax, o, TRANSC));
+    }
+}
+
+/// A window of `size` with strides, dilations and padding before / after per spatial axis.
+fn window(size: &[usize], stride: &[usize], dilation: &[usize], pad_begin: &[usize], pad_end: &[usize]) -> Window {
+    Window { size: size.to_vec(), stride: stride.to_vec(), dilation: dilation.to_vec(), pad_begin: pad_begin.to_vec(), pad_end: pad_end.to_vec() }
+}
+
+/// Convolution, im2col and pooling over `[N, C, *S]` (1-D and 2-D): groups (depthwise too),
+/// strides, dilations, asymmetric padding, padding wider than the window (windows entirely in
+/// padding: conv 0, max −∞, averages 0), an STFT-like 1x400 window of stride 160, and sizes
+/// past the CPU's thread and scratch thresholds. Inputs sit at random element offsets.
+fn windows(v: &mut Vec<Case>) {
+    // (name, x shape, output channels, groups, window, weights bound as a weight)
+    type Cv = (&'static str, Vec<usize>, usize, usize, Window, bool);
+    let convs: Vec<Cv> = vec![
+        ("1d x[2,3,33] k3 pad 1+1", vec![2, 3, 33], 4, 1, window(&[3], &[1], &[1], &[1], &[1]), false),
+        ("1d x[2,4,33] k5 s2 d2 pad 3+1 groups 2", vec![2, 4, 33], 6, 2, window(&[5], &[2], &[2], &[3], &[1]), false),
+        ("1d x[1,1,1999] k400 s160 pad 200+200 (stft)", vec![1, 1, 1999], 8, 1, window(&[400], &[160], &[1], &[200], &[200]), true),
+        ("2d x[2,3,9,17] k3 pad 1", vec![2, 3, 9, 17], 5, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), true),
+        ("2d x[2,4,11,17] k3 s2 pad [1,0]+[0,2] depthwise", vec![2, 4, 11, 17], 4, 4, window(&[3, 3], &[2, 2], &[1, 1], &[1, 0], &[0, 2]), false),
+        ("2d x[2,4,9,13] k3x5 s[2,1] d[1,2] pad [1,2]+[0,2] groups 2", vec![2, 4, 9, 13], 6, 2, window(&[3, 5], &[2, 1], &[1, 2], &[1, 2], &[0, 2]), true),
+        ("2d x[1,2,5,7] k2 pad 3+3 (windows all padding)", vec![1, 2, 5, 7], 3, 1, window(&[2, 2], &[1, 1], &[1, 1], &[3, 3], &[3, 3]), false),
+        ("2d x[1,8,33,33] k3 pad 1 (large)", vec![1, 8, 33, 33], 16, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]), true),
+        // Three spatial axes: the interpreter defines it; the kernels take 1 or 2 (not supported).
+        ("3d x[1,2,4,5,6] k2", vec![1, 2, 4, 5, 6], 3, 1, window(&[2, 2, 2], &[1, 1, 1], &[1, 1, 1], &[0, 0, 0], &[0, 0, 0]), false),
+    ];
+    for (what, xs, m, groups, win, as_weight) in convs {
+        let mut b = B::new(format!("conv {what} m{m}"));
+        let x = b.f32_in(&xs, &[], -1.0, 1.0);
+        let mut ws = vec![m, xs[1] / groups];
+        ws.extend(&win.size);
+        let w = if as_weight {
+            let wd = b.uniform(numel(&ws), -1.0, 1.0);
+            b.weight(DType::F32, &ws, wd.iter().flat_map(|x| x.to_le_bytes()).collect())
+        } else {
+            b.f32_in(&ws, &[], -1.0, 1.0)
+        };
+        let o = b.g.conv(x, w, win.clone(), groups).expect("conv");
+        v.push(b.finish(Kernel::Conv { window: win, groups }, o, MATMUL));
+    }
+    // (name, x shape, groups, window)
+    let unfolds: Vec<(&str, Vec<usize>, usize, Window)> = vec![
+        ("1d x[2,3,17] k3 s2 pad 1+0", vec![2, 3, 17], 1, window(&[3], &[2], &[1], &[1], &[0])),
+        ("1d x[1,1,1999] k400 s160 pad 200+200 (stft)", vec![1, 1, 1999], 1, window(&[400], &[160], &[1], &[200], &[200])),
+        ("2d x[2,4,9,11] k3 s2 pad 1 groups 2", vec![2, 4, 9, 11], 2, window(&[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1])),
+        ("2d x[1,2,7,9] k2x3 d[2,1] pad [0,1]+[1,1]", vec![1, 2, 7, 9], 1, window(&[2, 3], &[1, 1], &[2, 1], &[0, 1], &[1, 1])),
+    ];
+    for (what, xs, groups, win) in unfolds {
+        let mut b = B::new(format!("im2col {what}"));
+        let x = b.f32_in(&xs, &[], -1.0, 1.0);
+        let o = b.g.im2col(x, win.clone(), groups).expect("im2col");
+        v.push(b.finish(Kernel::Im2Col { window: win, groups }, o, Check::Exact));
+    }
+    let pools: Vec<(&str, Vec<usize>, Window)> = vec![
+        ("1d x[2,3,33] k3 pad 1+1", vec![2, 3, 33], window(&[3], &[1], &[1], &[1], &[1])),
+        ("2d x[2,3,9,17] k3 s2 pad 1", vec![2, 3, 9, 17], window(&[3, 3], &[2, 2], &[1, 1], &[1, 1], &[1, 1])),
+        ("2d x[2,2,8,17] k2 s2", vec![2, 2, 8, 17], window(&[2, 2], &[2, 2], &[1, 1], &[0, 0], &[0, 0])),
+        ("2d x[1,2,9,21] k3x5 s[1,2] pad [2,4]+[1,3] (windows mostly padding)", vec![1, 2, 9, 21], window(&[3, 5], &[1, 2], &[1, 1], &[2, 4], &[1, 3])),
+        ("2d x[1,2,5,7] k2 pad 3+3 (windows all padding)", vec![1, 2, 5, 7], window(&[2, 2], &[1, 1], &[1, 1], &[3, 3], &[3, 3])),
+    ];
+    for kind in [PoolKind::Max, PoolKind::Avg, PoolKind::AvgPadded] {
+        for (what, xs, win) in pools.clone() {
+            let mut b = B::new(format!("pool {kind:?} {what}").to_lowercase());
+            let x = b.f32_in(&xs, &[], -2.0, 2.0);
+            let o = b.g.pool(x, kind, win.clone()).expect("pool");
+            v.push(b.finish(Kernel::Pool { kind, window: win }, o, if kind == PoolKind::Max { Check::Exact } else { REDUCE }));
+        }
     }
 }
 
