@@ -306,19 +306,25 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             all_f32(op, ins)?;
             let (n, c, out_sp) = windowed(op, ins[0].0, window)?;
             let g = *groups;
-            if g == 0 || c % g != 0 {
+            if g == 0 || !c.is_multiple_of(g) {
                 return Err(shape_err(op, format!("{c} input channels are not a multiple of {g} groups")));
             }
             if !conv {
-                let k = (c / g) * window.taps();
-                return Ok((vec![n, g, k, out_sp.iter().product()], DType::F32));
+                let k = (c / g).checked_mul(window.taps());
+                let p = out_sp.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+                let (Some(k), Some(p)) = (k, p) else { return Err(shape_err(op, format!("the unfolded windows of {:?} overflow usize", ins[0].0))) };
+                return Ok((vec![n, g, k, p], DType::F32));
             }
             let w = ins[1].0;
             let m = *w.first().unwrap_or(&0);
-            if w.len() != window.rank() + 2 || w[1] != c / g || w[2..] != window.size[..] || m == 0 || m % g != 0 {
+            if w.len() != window.rank() + 2 || w[1] != c / g || w[2..] != window.size[..] || m == 0 || !m.is_multiple_of(g) {
                 return Err(shape_err(
                     op,
-                    format!("weight {w:?} must be [M, C/groups = {}, {}] with M a multiple of {g} groups", c / g, window.size.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+                    format!(
+                        "weight {w:?} must be [M, C/groups = {}, {}] with M a multiple of {g} groups",
+                        c / g,
+                        window.size.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
                 ));
             }
             let mut s = vec![n, m];

@@ -52,6 +52,9 @@ impl Window {
         if self.size.contains(&0) || self.stride.contains(&0) || self.dilation.contains(&0) {
             return Err(format!("window sizes, strides and dilations must be >= 1, got {self}"));
         }
+        if self.size.iter().try_fold(1usize, |acc, &k| acc.checked_mul(k)).is_none() {
+            return Err(format!("window {self}: its tap count overflows"));
+        }
         Ok(())
     }
 
@@ -65,8 +68,11 @@ impl Window {
         }
         (0..self.rank())
             .map(|a| {
-                let padded = spatial[a] + self.pad_begin[a] + self.pad_end[a];
-                let extent = self.dilation[a] * (self.size[a] - 1) + 1;
+                let padded = spatial[a].checked_add(self.pad_begin[a]).and_then(|p| p.checked_add(self.pad_end[a]));
+                let extent = self.dilation[a].checked_mul(self.size[a] - 1).and_then(|e| e.checked_add(1));
+                let (Some(padded), Some(extent)) = (padded, extent) else {
+                    return Err(format!("spatial axis {a}: the padded length or the window's extent overflows ({self})"));
+                };
                 if padded < extent {
                     return Err(format!("spatial axis {a}: padded length {padded} is shorter than the window's extent {extent}"));
                 }

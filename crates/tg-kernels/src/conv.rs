@@ -366,13 +366,32 @@ pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights
     let k = mul("conv2d: weights", g.c / groups, g.taps())?;
     check_len("conv2d: weights", mul("conv2d: weights", m, k)?, weights.len())?;
     check_len("conv2d: out", mul("conv2d: out", mul("conv2d: out", g.n, m)?, p)?, out.len())?;
-    let mut cols = vec![0f32; mul("conv2d: scratch", mul("conv2d: scratch", g.n, g.c)?, mul("conv2d: scratch", g.taps(), p)?)?];
-    im2col_f32(g, x, &mut cols)?;
+    let len = mul("conv2d: scratch", mul("conv2d: scratch", g.n, g.c)?, mul("conv2d: scratch", g.taps(), p)?)?;
+    // One scratch per thread, kept between calls: a fresh multi-megabyte buffer per
+    // convolution costs its page faults every time. im2col writes every element.
+    SCRATCH.with(|cell| {
+        let mut cols = cell.take();
+        if cols.len() < len {
+            cols = vec![0f32; len];
+        }
+        let r = conv_gemm_with(g, groups, m, k, p, x, weights, &mut cols[..len], out);
+        cell.replace(cols);
+        r
+    })
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_gemm_with(g: &Window2d, groups: usize, m: usize, k: usize, p: usize, x: &[f32], weights: &[f32], cols: &mut [f32], out: &mut [f32]) -> Result<(), KernelError> {
+    im2col_f32(g, x, cols)?;
     if out.is_empty() {
         return Ok(());
     }
     let mg = m / groups;
     let a = crate::MatView { data: weights, offset: 0, rows: mg, cols: k, row_stride: k, col_stride: 1, batch_strides: [0, mg * k] };
-    let b = crate::MatView { data: &cols, offset: 0, rows: k, cols: p, row_stride: p, col_stride: 1, batch_strides: [groups * k * p, k * p] };
+    let b = crate::MatView { data: cols, offset: 0, rows: k, cols: p, row_stride: p, col_stride: 1, batch_strides: [groups * k * p, k * p] };
     crate::matmul_f32([g.n, groups], &a, &b, out)
 }

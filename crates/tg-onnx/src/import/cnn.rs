@@ -34,6 +34,10 @@ pub(super) const OPS: &[&str] = &[
     "If",
 ];
 
+/// The largest stride, dilation, padding or kernel size accepted (far beyond any model; it
+/// keeps the window arithmetic from overflowing).
+const MAX_WINDOW_ATTR: i64 = 1 << 20;
+
 fn attr_s(n: &NodeProto, name: &str) -> Option<String> {
     attr(n, name).and_then(|a| a.s.clone()).map(|b| String::from_utf8_lossy(&b).into_owned())
 }
@@ -326,8 +330,8 @@ impl Imp<'_> {
         let list = |imp: &Self, name: &str, default: usize, len: usize| -> R<Vec<usize>> {
             match attr_ints(n, name).filter(|v| !v.is_empty()) {
                 None => Ok(vec![default; len]),
-                Some(v) if v.len() == len && v.iter().all(|&d| d >= 0) => Ok(v.iter().map(|&d| d as usize).collect()),
-                Some(v) => Err(imp.invalid(format!("{name} {v:?} for {r} spatial axes"))),
+                Some(v) if v.len() == len && v.iter().all(|&d| (0..=MAX_WINDOW_ATTR).contains(&d)) => Ok(v.iter().map(|&d| d as usize).collect()),
+                Some(v) => Err(imp.invalid(format!("{name} {v:?}: expected {len} values, each at most {MAX_WINDOW_ATTR} in size"))),
             }
         };
         let size = match (attr_ints(n, "kernel_shape").filter(|v| !v.is_empty()), w) {
@@ -386,8 +390,8 @@ impl Imp<'_> {
         let list = |imp: &Self, name: &str, default: i64, len: usize| -> R<Vec<i64>> {
             match attr_ints(n, name).filter(|v| !v.is_empty()) {
                 None => Ok(vec![default; len]),
-                Some(v) if v.len() == len => Ok(v),
-                Some(v) => Err(imp.invalid(format!("{name} {v:?} for {r} spatial axes"))),
+                Some(v) if v.len() == len && v.iter().all(|d| d.abs() <= MAX_WINDOW_ATTR) => Ok(v),
+                Some(v) => Err(imp.invalid(format!("{name} {v:?}: expected {len} values, each at most {MAX_WINDOW_ATTR} in size"))),
             }
         };
         let s = list(self, "strides", 1, r)?;
@@ -432,10 +436,9 @@ impl Imp<'_> {
         let wconv = ir(&self.node, &self.op, self.b.reshape(back, &wshape))?;
         // Interleave s − 1 zeros between the input's elements along each spatial axis.
         let mut u = x;
-        for a in 0..r {
-            let st = s[a] as usize;
+        for (a, &st) in s.iter().enumerate() {
             if st > 1 {
-                u = self.interleave_zeros(u, 2 + a, st)?;
+                u = self.interleave_zeros(u, 2 + a, st as usize)?;
             }
         }
         let mut win = Window::new(k.clone());

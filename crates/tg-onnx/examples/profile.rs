@@ -1,0 +1,90 @@
+//! Where an ONNX model's time goes on the CPU: imports it for the given shapes (dynamic
+//! dimensions not given are 1), compiles it, runs it on random inputs with per-step timing
+//! and prints the time per kernel (the kernel's name, with its attributes) summed over the
+//! steps, largest first.
+//!
+//! `cargo run --release -p tg-onnx --example profile -- MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N]`
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.first() else {
+        eprintln!("usage: profile MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N]");
+        std::process::exit(2);
+    };
+    let (mut threads, mut runs) = (1usize, 5usize);
+    let mut shapes: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut it = args[1..].iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(1),
+            "--runs" => runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(5),
+            _ => {
+                let Some((n, d)) = a.split_once('=') else {
+                    eprintln!("bad argument '{a}'");
+                    std::process::exit(2);
+                };
+                shapes.insert(n.to_string(), d.split(',').filter_map(|x| x.trim().parse().ok()).collect());
+            }
+        }
+    }
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        eprintln!("error: {e}");
+        std::process::exit(1)
+    };
+    let m = tg_onnx::OnnxModel::open(path).unwrap_or_else(|e| fail(&e));
+    for v in m.inputs() {
+        let name = v.name.clone().unwrap_or_default();
+        if let (false, Some((dims, _))) = (shapes.contains_key(&name), tg_onnx::tensor_type(v)) {
+            shapes.insert(name, dims.iter().map(|d| d.unwrap_or(1)).collect());
+        }
+    }
+    let imp = tg_onnx::import(&m, &shapes).unwrap_or_else(|e| fail(&e));
+    let cpu = tg_devices::open("cpu", threads).unwrap_or_else(|e| fail(&e));
+    let c = tg_compiler::compile(&imp.graph, std::slice::from_ref(&cpu), &tg_compiler::CompileOptions::default()).unwrap_or_else(|e| fail(&e));
+    let mut exe = tg_runtime::Executable::new(c.plan, vec![cpu], Arc::new(imp.weights)).unwrap_or_else(|e| fail(&e));
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut feeds = HashMap::new();
+    for (name, shape, dtype, _) in &imp.inputs {
+        let n: usize = shape.iter().product();
+        let t = match dtype {
+            tg_ir::DType::F32 => tg_ir::HostTensor::f32(
+                shape,
+                (0..n)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                    })
+                    .collect(),
+            ),
+            _ => tg_ir::HostTensor::i32(shape, vec![0; n]),
+        }
+        .unwrap_or_else(|e| fail(&e));
+        feeds.insert(name.clone(), t);
+    }
+    exe.run(&feeds).unwrap_or_else(|e| fail(&e));
+    exe.set_profiling(true);
+    let mut per: BTreeMap<String, (u64, usize)> = BTreeMap::new();
+    let mut total = 0u64;
+    for _ in 0..runs {
+        exe.run(&feeds).unwrap_or_else(|e| fail(&e));
+        let times = exe.step_times().unwrap_or(&[]).to_vec();
+        for (s, &ns) in exe.plan().steps.iter().zip(&times) {
+            let e = per.entry(s.kernel.name()).or_default();
+            e.0 += ns;
+            e.1 += 1;
+            total += ns;
+        }
+    }
+    let mut rows: Vec<(String, u64, usize)> = per.into_iter().map(|(k, (ns, n))| (k, ns, n)).collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+    println!("{path}: {} steps, {threads} thread(s), {:.2} ms per run (sum of steps)", exe.plan().steps.len(), total as f64 / runs as f64 / 1e6);
+    println!("| kernel | steps | ms per run | share |\n|---|---:|---:|---:|");
+    for (k, ns, n) in rows.iter().take(20) {
+        println!("| {k} | {} | {:.2} | {:.1}% |", n / runs, *ns as f64 / runs as f64 / 1e6, 100.0 * *ns as f64 / total as f64);
+    }
+}
