@@ -3,25 +3,16 @@
 //! value for either outcome, with branches that read enclosing values and hold their own
 //! initializers; a condition known at import imports only its branch.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
-use tg_onnx::proto::{
-    attribute_proto, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
-};
+use tg_onnx::proto::{attribute_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, ValueInfoProto};
 
 fn value(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)), ..Default::default() }).collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    common::float_value(name, &dims.iter().map(|&d| Some(d)).collect::<Vec<_>>())
 }
 
 fn node(op: &str, ins: &[&str], outs: &[&str]) -> NodeProto {

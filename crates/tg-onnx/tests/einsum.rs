@@ -5,25 +5,17 @@
 //! only, `...` broadcast dimensions, three operands, and the equations of the terrain UNet's
 //! attention. Tolerance: f32 accumulation over at most 64 terms, `|got − want| ≤ 1e-5·(1 + Σ|terms|)`.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message;
 use rand::{Rng, SeedableRng};
-use tg_onnx::proto::{
-    attribute_proto, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto, ValueInfoProto,
-};
+use tg_onnx::proto::{attribute_proto, AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto};
 
 fn value(name: &str, dims: &[usize]) -> ValueInfoProto {
-    let dim = dims.iter().map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)), ..Default::default() }).collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    common::float_value(name, &dims.iter().map(|&d| Some(d as i64)).collect::<Vec<_>>())
 }
 
 fn model(eq: &str, shapes: &[Vec<usize>]) -> Vec<u8> {

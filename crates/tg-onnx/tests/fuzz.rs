@@ -194,7 +194,15 @@ fn mutated_models_give_errors_not_panics() {
     }
     assert!(models.len() > 200, "{} models", models.len());
     let iterations: usize = std::env::var("TG_FUZZ_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (outcomes, panics) = campaign(&models, iterations, 0x9e37_79b9_7f4a_7c15, 64, &format!("{} models", models.len()));
+    assert!(outcomes[2] > iterations / 20, "too few mutants reach the importer's success path: {outcomes:?}");
+    assert!(panics.is_empty(), "mutants that panic (copy them to tests/crashers/): {panics:?}");
+}
+
+/// `iterations` seeded mutants of randomly picked `models` through [`exercise_capped`]:
+/// the count per outcome and the files the panicking mutants were written to.
+fn campaign(models: &[Vec<u8>], iterations: usize, seed: u64, cap: usize, what: &str) -> ([usize; 3], Vec<PathBuf>) {
+    let mut rng = Rng(seed);
     let t = std::time::Instant::now();
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
@@ -204,10 +212,10 @@ fn mutated_models_give_errors_not_panics() {
         let src = &models[rng.below(models.len())];
         let m = mutate(&mut rng, src);
         let keep = m.clone();
-        match std::panic::catch_unwind(|| exercise(m)) {
+        match std::panic::catch_unwind(|| exercise_capped(m, cap)) {
             Ok(k) => outcomes[k] += 1,
             Err(_) => {
-                let p = std::env::temp_dir().join(format!("tg-onnx-crasher-{i}.onnx"));
+                let p = std::env::temp_dir().join(format!("tg-onnx-crasher-{seed:x}-{i}.onnx"));
                 std::fs::write(&p, &keep).unwrap();
                 panics.push(p);
             }
@@ -215,16 +223,14 @@ fn mutated_models_give_errors_not_panics() {
     }
     std::panic::set_hook(hook);
     eprintln!(
-        "{iterations} mutants of {} models in {:.1} s: {} did not decode, {} decoded but were refused, {} imported; {} panics",
-        models.len(),
+        "{iterations} mutants of {what} in {:.1} s: {} did not decode, {} decoded but were refused, {} imported; {} panics",
         t.elapsed().as_secs_f64(),
         outcomes[0],
         outcomes[1],
         outcomes[2],
         panics.len()
     );
-    assert!(outcomes[2] > iterations / 20, "too few mutants reach the importer's success path: {outcomes:?}");
-    assert!(panics.is_empty(), "mutants that panic (copy them to tests/crashers/): {panics:?}");
+    (outcomes, panics)
 }
 
 /// The same on the three audio target models (about 1 MB each; the 45 MB terrain UNet is
@@ -239,32 +245,6 @@ fn mutated_target_models_give_errors_not_panics() {
     let clean: Vec<usize> = models.iter().map(|m| exercise_capped(m.clone(), usize::MAX)).collect();
     assert_eq!(clean, [1, 2, 2], "the unmutated models");
     let iterations: usize = std::env::var("TG_FUZZ_MODEL_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let t = std::time::Instant::now();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let mut panics = Vec::new();
-    let mut outcomes = [0usize; 3];
-    for i in 0..iterations {
-        let m = mutate(&mut rng, &models[i % models.len()]);
-        let keep = m.clone();
-        match std::panic::catch_unwind(|| exercise_capped(m, usize::MAX)) {
-            Ok(k) => outcomes[k] += 1,
-            Err(_) => {
-                let p = std::env::temp_dir().join(format!("tg-onnx-model-crasher-{i}.onnx"));
-                std::fs::write(&p, &keep).unwrap();
-                panics.push(p);
-            }
-        }
-    }
-    std::panic::set_hook(hook);
-    eprintln!(
-        "{iterations} mutants of the 3 audio models in {:.1} s: {} did not decode, {} decoded but were refused, {} imported; {} panics",
-        t.elapsed().as_secs_f64(),
-        outcomes[0],
-        outcomes[1],
-        outcomes[2],
-        panics.len()
-    );
+    let (_, panics) = campaign(&models, iterations, 0x2545_f491_4f6c_dd1d, usize::MAX, "the 3 audio models");
     assert!(panics.is_empty(), "mutants that panic (copy them to tests/crashers/): {panics:?}");
 }

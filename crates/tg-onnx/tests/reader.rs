@@ -2,15 +2,14 @@
 //! data read in place, and every kind of bad input a clear error naming the file, node or
 //! tensor — never a panic.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use prost::Message;
-use tg_onnx::proto::{
-    tensor_proto, tensor_shape_proto, type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
-};
+use tg_onnx::proto::{tensor_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto};
 use tg_onnx::{import, OnnxModel};
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -19,26 +18,7 @@ fn tmpdir(name: &str) -> PathBuf {
     d
 }
 
-fn value(name: &str, dims: &[Option<i64>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| tensor_shape_proto::Dimension {
-            value: Some(match d {
-                Some(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
-                None => tensor_shape_proto::dimension::Value::DimParam("batch".into()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(1), shape: Some(TensorShapeProto { dim }) })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+use common::float_value as value;
 
 fn node(op: &str, name: &str, ins: &[&str], outs: &[&str]) -> NodeProto {
     NodeProto {

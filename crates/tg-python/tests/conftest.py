@@ -92,35 +92,29 @@ def embed_path() -> Path:
     return _model_path("TG_EMBED_MODEL", "embeddinggemma-300m", True, "fetch_embedding_model.py")
 
 
-@pytest.fixture(scope="session")
-def onnx_models() -> Path:
-    """The ONNX target models: the terrain UNet and openwakeword's audio models
-    (scripts/fetch_onnx_models.py)."""
-    if os.environ.get("TG_ONNX_MODELS"):
-        p = Path(os.environ["TG_ONNX_MODELS"])
-    else:
-        p = _cache_dir().parent / "onnx" / "models-1"
+def _onnx_folder(env: str, folder: str, what: str, script: str) -> Path:
+    """``$env``, else ``folder`` in the cache's ``onnx/`` (where ``scripts/<script>`` extracts
+    it), when complete; a failure otherwise (a skip with TG_ALLOW_MISSING_MODEL=1)."""
+    p = Path(os.environ[env]) if os.environ.get(env) else _cache_dir().parent / "onnx" / folder
     if not (p / ".complete").is_file():
-        msg = f"ONNX models not found at {p}: run scripts/fetch_onnx_models.py or set TG_ONNX_MODELS"
+        msg = f"{what} not found at {p}: run scripts/{script} or set {env}"
         if os.environ.get("TG_ALLOW_MISSING_MODEL") == "1":
             pytest.skip(f"SKIPPED (TG_ALLOW_MISSING_MODEL=1): {msg}")
         pytest.fail(msg)
     return p
+
+
+@pytest.fixture(scope="session")
+def onnx_models() -> Path:
+    """The ONNX target models: the terrain UNet and openwakeword's audio models
+    (scripts/fetch_onnx_models.py)."""
+    return _onnx_folder("TG_ONNX_MODELS", "models-1", "ONNX models", "fetch_onnx_models.py")
 
 
 @pytest.fixture(scope="session")
 def onnx_tests() -> Path:
     """The ONNX backend node tests of onnx 1.16.2 (scripts/fetch_onnx_tests.py)."""
-    if os.environ.get("TG_ONNX_TESTS"):
-        p = Path(os.environ["TG_ONNX_TESTS"])
-    else:
-        p = _cache_dir().parent / "onnx" / "node-tests-1.16.2"
-    if not (p / ".complete").is_file():
-        msg = f"ONNX node tests not found at {p}: run scripts/fetch_onnx_tests.py or set TG_ONNX_TESTS"
-        if os.environ.get("TG_ALLOW_MISSING_MODEL") == "1":
-            pytest.skip(f"SKIPPED (TG_ALLOW_MISSING_MODEL=1): {msg}")
-        pytest.fail(msg)
-    return p
+    return _onnx_folder("TG_ONNX_TESTS", "node-tests-1.16.2", "ONNX node tests", "fetch_onnx_tests.py")
 
 
 @pytest.fixture(scope="session")
