@@ -88,7 +88,7 @@ fn for_taps(window: &Window, sp: &[usize], osp: &[usize], o: usize, mut f: impl 
 }
 
 /// The im2col matrix `[N, g, (C/g)·taps, P]` of `x [N, C, *S]` (see [`Op::Im2Col`]).
-fn im2col_f64(x: &Array, window: &Window, _groups: usize) -> Vec<f64> {
+fn im2col_f64(x: &Array, window: &Window) -> Vec<f64> {
     let (batch, c, sp) = (x.shape[0], x.shape[1], &x.shape[2..]);
     let Ok(osp) = window.output(sp) else { return Vec::new() };
     let (isz, p, taps) = (numel(sp), numel(&osp), window.taps());
@@ -334,7 +334,7 @@ fn eval_node<'w>(
         }
         Op::Conv { window, groups } | Op::Im2Col { window, groups } => {
             let x = dense(0)?;
-            let cols = im2col_f64(&x, window, *groups);
+            let cols = im2col_f64(&x, window);
             if matches!(n.op, Op::Im2Col { .. }) {
                 return out(cols);
             }
@@ -372,7 +372,15 @@ fn eval_node<'w>(
                     for_taps(window, sp, osp, o, |pos| {
                         if let Some(at) = pos {
                             let v = plane[at];
-                            acc = if *kind == PoolKind::Max { if v.is_nan() || v > acc { v } else { acc } } else { acc + v };
+                            acc = if *kind == PoolKind::Max {
+                                if v.is_nan() || v > acc {
+                                    v
+                                } else {
+                                    acc
+                                }
+                            } else {
+                                acc + v
+                            };
                             count += 1;
                         }
                     });

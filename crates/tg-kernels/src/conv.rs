@@ -66,6 +66,13 @@ impl Window2d {
         self.size[0] * self.size[1]
     }
 
+    /// Elements of the im2col matrix [`im2col_f32`] writes (`n·c·taps·oh·ow`), the scratch
+    /// [`conv2d_gemm_f32`] needs.
+    pub fn im2col_len(&self) -> Result<usize, KernelError> {
+        let [oh, ow] = self.out_hw()?;
+        mul("im2col", mul("im2col", mul("im2col", self.n, self.c)?, self.taps())?, mul("im2col", oh, ow)?)
+    }
+
     /// Input row of output row `o`, tap row `j`, or `None` for padding.
     #[inline(always)]
     fn in_row(&self, o: usize, j: usize) -> Option<usize> {
@@ -366,7 +373,7 @@ pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights
     let k = mul("conv2d: weights", g.c / groups, g.taps())?;
     check_len("conv2d: weights", mul("conv2d: weights", m, k)?, weights.len())?;
     check_len("conv2d: out", mul("conv2d: out", mul("conv2d: out", g.n, m)?, p)?, out.len())?;
-    let len = mul("conv2d: scratch", mul("conv2d: scratch", g.n, g.c)?, mul("conv2d: scratch", g.taps(), p)?)?;
+    let len = g.im2col_len()?;
     // One scratch per thread, kept between calls: a fresh multi-megabyte buffer per
     // convolution costs its page faults every time. im2col writes every element.
     SCRATCH.with(|cell| {

@@ -485,8 +485,7 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
             // im2col + matmul unless its scratch would pass CONV_SCRATCH_MAX; then direct.
-            let scratch = g.n * g.c * g.size[0] * g.size[1] * n_out / (g.n * out.shape[1]).max(1);
-            let conv = if scratch <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
+            let conv = if g.im2col_len().map_err(|e| e.to_string())? <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
             conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
         }
         Kernel::Im2Col { window, .. } => {
