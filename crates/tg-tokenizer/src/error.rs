@@ -119,23 +119,46 @@ pub enum TokenizerError {
         source: std::io::Error,
     },
 
-    /// A `tokenizer.json` document is not valid JSON, or a field has the
-    /// wrong JSON type.
+    /// A `tokenizer.json` file could not be loaded; `source` says why.
+    #[error("cannot load tokenizer file {path}: {source}")]
+    HfFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: Box<TokenizerError>,
+    },
+
+    /// The `tokenizers` library refused a `tokenizer.json` document: not
+    /// valid JSON, a field of the wrong type or missing, an unknown
+    /// component type, an inconsistent model (serde_json's message and
+    /// position).
     #[error("tokenizer.json is malformed: {0}")]
     HfJson(#[from] serde_json::Error),
 
-    /// A `tokenizer.json` document uses a component type or an option that
-    /// [`HfTokenizer`](crate::HfTokenizer) does not implement.
+    /// A `tokenizer.json` document uses a setting that
+    /// [`HfTokenizer`](crate::HfTokenizer) refuses (truncation, padding of
+    /// single encodings, BPE dropout).
     #[error("tokenizer.json: unsupported {component}: {detail}")]
     HfUnsupported {
-        /// Where in the document, e.g. `normalizer.normalizers[1]`.
+        /// Where in the document, e.g. `model.dropout`.
         component: String,
         /// What is not supported.
         detail: String,
     },
 
-    /// A `tokenizer.json` document is well-formed JSON but inconsistent
-    /// (a merge names a token missing from the vocabulary, a field is absent, ...).
+    /// A `tokenizer.json` document that loads but cannot be used (a
+    /// template names a special token it does not list, ...).
     #[error("tokenizer.json is invalid: {0}")]
     HfInvalid(String),
+
+    /// The `tokenizers` library failed (or panicked) while loading,
+    /// encoding or decoding.
+    #[error("tokenizers: cannot {operation}: {message}")]
+    HfLibrary {
+        /// What was being done, e.g. `encode`.
+        operation: &'static str,
+        /// The library's message.
+        message: String,
+    },
 }

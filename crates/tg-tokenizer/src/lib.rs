@@ -28,12 +28,13 @@
 //! become control tokens). For Gemma 3 this affects `</s>`: a user-defined
 //! token in the file, it is treated as a control token that ends generation.
 //!
-//! [`HfTokenizer`] is a second, independent tokenizer: it loads a Hugging
-//! Face `tokenizer.json` (BPE model with its normalizers, pre-tokenizers,
-//! added tokens, template post-processor and decoders) and reproduces the
-//! `tokenizers` library id for id, for models shipped as Hugging Face folders
-//! (EmbeddingGemma-300M). Component types it does not implement are refused
-//! at load with [`TokenizerError::HfUnsupported`].
+//! [`HfTokenizer`] is a second, independent tokenizer for models shipped as
+//! Hugging Face folders (EmbeddingGemma-300M): a thin wrapper over the
+//! `tokenizers` crate that loads a `tokenizer.json` and encodes and decodes
+//! with it, with this crate's errors, per-call options and id checks.
+//! Settings that would change a single encoding's length or make it random
+//! (truncation, fixed padding, BPE dropout) are refused at load with
+//! [`TokenizerError::HfUnsupported`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

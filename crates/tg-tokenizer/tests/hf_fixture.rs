@@ -6,7 +6,7 @@
 //!
 //! The model folder lives outside the repository: `$TG_EMBED_MODEL`, else
 //! `~/.cache/tensor-graphs/models/embeddinggemma-300m`. Without it the tests
-//! print SKIPPED and pass.
+//! print SKIPPED and pass, except under `CI`, where a missing model fails.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -29,6 +29,11 @@ fn model_dir() -> PathBuf {
     }
 }
 
+/// Whether the tests run under CI (`CI` set, not empty, `0` or `false`).
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
 fn fixture_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/tokenizer_hf/hf_tokens.jsonl")
@@ -41,10 +46,13 @@ fn tokenizer() -> Option<&'static (HfTokenizer, Duration)> {
     TOK.get_or_init(|| {
         let path = model_dir().join("tokenizer.json");
         if !path.exists() {
-            println!(
-                "SKIPPED: {} not found (set TG_EMBED_MODEL to the EmbeddingGemma-300M folder)",
+            let msg = format!(
+                "{} not found (set TG_EMBED_MODEL to the EmbeddingGemma-300M folder, \
+                 e.g. from scripts/fetch_embedding_model.py)",
                 path.display()
             );
+            assert!(!under_ci(), "{msg} (a missing model fails under CI)");
+            println!("SKIPPED: {msg}");
             return None;
         }
         let t0 = Instant::now();
@@ -123,6 +131,29 @@ fn load_facts() {
     // Unknown ids are an error (`tokenizers` drops them silently).
     let err = tok.decode(&[2, 300_000], false).unwrap_err();
     assert!(err.to_string().contains("300000"), "{err}");
+}
+
+/// A truncated copy of the real file is an error naming the file and the
+/// position, not a panic.
+#[test]
+fn truncated_file_is_an_error() {
+    if tokenizer().is_none() {
+        return;
+    }
+    let bytes = std::fs::read(model_dir().join("tokenizer.json")).expect("read tokenizer.json");
+    let path = std::env::temp_dir().join(format!(
+        "tg-tokenizer-{}-truncated-tokenizer.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write the truncated copy");
+    let result = HfTokenizer::from_file(&path);
+    std::fs::remove_file(&path).expect("remove the truncated copy");
+    let msg = result
+        .expect_err("a truncated tokenizer.json loaded")
+        .to_string();
+    println!("{msg}");
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("EOF") && msg.contains("column"), "{msg}");
 }
 
 #[test]

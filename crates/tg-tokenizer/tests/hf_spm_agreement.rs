@@ -22,7 +22,7 @@
 //! Needs both model files (`$TG_EMBED_MODEL` or
 //! `~/.cache/tensor-graphs/models/embeddinggemma-300m`, and `$TG_MODEL` or
 //! `~/.cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf`); prints SKIPPED
-//! and passes without them.
+//! and passes without them, except under `CI`, where a missing model fails.
 
 use std::path::PathBuf;
 
@@ -66,7 +66,14 @@ fn hf_and_spm_agree_on_the_corpus() {
     let (hf_file, gguf_file) = (hf_path(), gguf_path());
     for p in [&hf_file, &gguf_file] {
         if !p.exists() {
-            println!("SKIPPED: {} not found", p.display());
+            let msg = format!(
+                "{} not found (scripts/fetch_model.py and scripts/fetch_embedding_model.py \
+                 download the models)",
+                p.display()
+            );
+            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+            assert!(!ci, "{msg} (a missing model fails under CI)");
+            println!("SKIPPED: {msg}");
             return;
         }
     }
