@@ -364,7 +364,9 @@ pub(crate) fn lower(g: &Graph, devices: &[Arc<dyn Device>], place: &NodePlacemen
             | Op::AttentionSeqMajor { .. }
             | Op::Conv { .. }
             | Op::Im2Col { .. }
-            | Op::Pool { .. } => {
+            | Op::Pool { .. }
+            | Op::ConvBias { .. }
+            | Op::GroupNorm { .. } => {
                 let k = tg_runtime::select(&n.op, &operands(g, n), shape, l.quantize_activations).map(|(k, _)| k).ok_or_else(|| CompileError::Unsupported {
                     node: i,
                     op: n.op.name(),

@@ -88,6 +88,8 @@ fn variant(op: &Op) -> u8 {
         Op::Conv { .. } => 30,
         Op::Im2Col { .. } => 31,
         Op::Pool { .. } => 32,
+        Op::ConvBias { .. } => 33,
+        Op::GroupNorm { .. } => 34,
     }
 }
 
@@ -124,7 +126,27 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
         Op::Attention { scale_bits } | Op::AttentionSeqMajor { scale_bits } => (None, v(&[*scale_bits])),
         Op::Conv { window, groups } | Op::Im2Col { window, groups } => (None, window_key(window, *groups as u64)),
         Op::Pool { kind, window } => (None, window_key(window, *kind as u64)),
+        Op::ConvBias { window, groups, act } => {
+            let mut k = window_key(window, *groups as u64);
+            k.extend(act_key(*act));
+            (None, k)
+        }
+        Op::GroupNorm { groups, eps_bits, act } => {
+            let mut k = v(&[*groups as u64, *eps_bits]);
+            k.extend(act_key(*act));
+            (None, k)
+        }
         Op::Where | Op::Alternatives | Op::Reshape | Op::Expand | Op::Gather | Op::RopeNeox | Op::GeluTanh | Op::GatedGelu | Op::Softmax => (None, SmallVec::new()),
+    }
+}
+
+/// An activation as two integers (its variant and its parameter).
+fn act_key(a: tg_ir::Act) -> [u64; 2] {
+    match a {
+        tg_ir::Act::None => [0, 0],
+        tg_ir::Act::Relu => [1, 0],
+        tg_ir::Act::LeakyRelu { alpha_bits } => [2, alpha_bits],
+        tg_ir::Act::Silu => [3, 0],
     }
 }
 

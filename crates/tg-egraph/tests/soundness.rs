@@ -22,7 +22,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeSet, HashMap};
 use tg_egraph::{enode_of, load, rewrite, saturate, Id, RewriteOptions, TEGraph};
-use tg_ir::{BinaryOp, DType, Graph, GraphBuilder, IrError, Op, Tensor, UnaryOp};
+use tg_ir::{Act, BinaryOp, CmpOp, DType, Graph, GraphBuilder, IrError, Op, Tensor, UnaryOp, Window};
 
 /// Relative tolerance of the two sides (both evaluated in f64).
 const TOL: f64 = 1e-9;
@@ -58,22 +58,6 @@ fn perm(rng: &mut ChaCha8Rng, n: usize) -> Vec<usize> {
     let mut p: Vec<usize> = (0..n).collect();
     p.shuffle(rng);
     p
-}
-
-/// `f(c)` as the reference interpreter defines it.
-fn unary_value(u: UnaryOp, x: f64) -> f64 {
-    match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Abs => x.abs(),
-    }
 }
 
 type CaseFn = fn(&mut ChaCha8Rng) -> Case;
@@ -347,10 +331,24 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
         }),
         ("fold-unary", |rng| {
             let s = dims(rng, 2, 5);
-            let ops = [UnaryOp::Neg, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Recip, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Abs];
+            let ops = [
+                UnaryOp::Neg,
+                UnaryOp::Exp,
+                UnaryOp::Log,
+                UnaryOp::Tanh,
+                UnaryOp::Sqrt,
+                UnaryOp::Rsqrt,
+                UnaryOp::Recip,
+                UnaryOp::Sin,
+                UnaryOp::Cos,
+                UnaryOp::Abs,
+                UnaryOp::Sigmoid,
+                UnaryOp::Silu,
+                UnaryOp::Erf,
+            ];
             let u = ops[rng.gen_range(0..ops.len())];
             let c: f64 = rng.gen_range(0.1..3.0);
-            let v = unary_value(u, c);
+            let v = u.eval_f64(c);
             case(
                 &[s],
                 &[],
@@ -586,6 +584,148 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 &|b, x, _| p::fused(b, Op::Attention { scale_bits: (s0 * c).to_bits() }, &[x[0], x[1], x[2], x[3]]),
             )
         }),
+        ("fuse-attention-vt", |rng| {
+            // The attention Einsums' import: q, k [b, c, t] scaled, permuted to [b, t, c].
+            let (bt, c, t, sk) = (rng.gen_range(1..4), rng.gen_range(1..6), rng.gen_range(1..7), rng.gen_range(1..7));
+            let (sq, sk2): (f64, f64) = (rng.gen_range(0.2..1.0), rng.gen_range(0.2..1.0));
+            let swap = rng.gen_bool(0.5);
+            case(
+                &[vec![bt, c, t], vec![bt, c, sk], vec![bt, c, sk]],
+                &[],
+                &move |b, x, _| {
+                    // (The scales sit after the permutes here; on the Einsum import they
+                    // are before them, and the scalar-out-of-permute rule moves them.)
+                    let q = b.permute(x[0], &[0, 2, 1])?;
+                    let k = b.permute(x[1], &[0, 2, 1])?;
+                    let q = p::scaled(b, q, sq, swap)?;
+                    let k = p::scaled(b, k, sk2, swap)?;
+                    let s = b.matmul(q, k, true)?;
+                    let w = p::softmax_last(b, s)?;
+                    b.matmul(w, x[2], true)
+                },
+                &move |b, x, _| {
+                    let q = b.permute(x[0], &[0, 2, 1])?;
+                    let q = b.reshape(q, &[bt, 1, t, c])?;
+                    let k = b.permute(x[1], &[0, 2, 1])?;
+                    let k = b.reshape(k, &[bt, 1, sk, c])?;
+                    let v = b.permute(x[2], &[0, 2, 1])?;
+                    let v = b.reshape(v, &[bt, 1, sk, c])?;
+                    let z = b.scalar(0.0)?;
+                    let m = b.expand(z, &[t, sk])?;
+                    let a = p::fused(b, Op::Attention { scale_bits: (sq * sk2).to_bits() }, &[q, k, v, m])?;
+                    b.reshape(a, &[bt, t, c])
+                },
+            )
+        }),
+        // ---- CNN fusions
+        ("fuse-sigmoid", |rng| {
+            let s = dims(rng, 3, 5);
+            let div = rng.gen_bool(0.5);
+            case(
+                &[s],
+                &[],
+                &move |b, x, _| {
+                    let n = b.unary(UnaryOp::Neg, x[0])?;
+                    let e = b.unary(UnaryOp::Exp, n)?;
+                    let one = b.scalar(1.0)?;
+                    let d = b.add(e, one)?;
+                    if div {
+                        let one = b.scalar(1.0)?;
+                        b.div(one, d)
+                    } else {
+                        b.unary(UnaryOp::Recip, d)
+                    }
+                },
+                &|b, x, _| b.unary(UnaryOp::Sigmoid, x[0]),
+            )
+        }),
+        ("fuse-silu", |rng| {
+            let s = dims(rng, 3, 5);
+            let swap = rng.gen_bool(0.5);
+            case(
+                &[s],
+                &[],
+                &move |b, x, _| {
+                    let g = b.unary(UnaryOp::Sigmoid, x[0])?;
+                    p::mul(b, x[0], g, swap)
+                },
+                &|b, x, _| b.unary(UnaryOp::Silu, x[0]),
+            )
+        }),
+        ("fuse-conv-bias", |rng| {
+            let (xs, ws, window, groups) = conv_geometry(rng);
+            let m = ws[0];
+            let bias = channel_shape(m, xs.len());
+            let swap = rng.gen_bool(0.5);
+            let (w1, w2) = (window.clone(), window.clone());
+            case(
+                &[xs, bias],
+                &[ws],
+                &move |b, x, w| {
+                    let y = b.conv(x[0], w[0], w1.clone(), groups)?;
+                    p::add(b, y, x[1], swap)
+                },
+                &move |b, x, w| p::fused(b, Op::ConvBias { window: w2.clone(), groups, act: Act::None }, &[x[0], w[0], x[1]]),
+            )
+        }),
+        ("fuse-conv-act", |rng| {
+            let (xs, ws, window, groups) = conv_geometry(rng);
+            let bias = channel_shape(ws[0], xs.len());
+            let act = random_act(rng);
+            let (w1, w2) = (window.clone(), window.clone());
+            case(
+                &[xs, bias],
+                &[ws],
+                &move |b, x, w| {
+                    let y = p::fused(b, Op::ConvBias { window: w1.clone(), groups, act: Act::None }, &[x[0], w[0], x[1]])?;
+                    activation(b, y, act)
+                },
+                &move |b, x, w| p::fused(b, Op::ConvBias { window: w2.clone(), groups, act }, &[x[0], w[0], x[1]]),
+            )
+        }),
+        ("fuse-group-norm", |rng| {
+            let (n, g, cg) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..4));
+            let c = g * cg;
+            let rank = rng.gen_range(1..3);
+            let sp = dims(rng, rank, 4);
+            let mut xs = vec![n, c];
+            xs.extend(&sp);
+            let eps: f64 = [1e-5, 1e-6, 0.1][rng.gen_range(0..3)];
+            let ch = channel_shape(c, xs.len());
+            let swap = rng.gen_bool(0.5);
+            let per = cg * sp.iter().product::<usize>();
+            let xs2 = xs.clone();
+            case(
+                &[xs, ch.clone(), ch],
+                &[],
+                &move |b, x, _| {
+                    let r = b.reshape(x[0], &[n, g, per])?;
+                    let y = p::normalise_last(b, r, eps)?;
+                    let y = b.reshape(y, &xs2)?;
+                    let y = p::mul(b, y, x[1], swap)?;
+                    p::add(b, y, x[2], swap)
+                },
+                &move |b, x, _| p::fused(b, Op::GroupNorm { groups: g, eps_bits: eps.to_bits(), act: Act::None }, &[x[0], x[1], x[2]]),
+            )
+        }),
+        ("fuse-group-norm-act", |rng| {
+            let (n, g, cg) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..4));
+            let c = g * cg;
+            let mut xs = vec![n, c];
+            xs.extend(dims(rng, 2, 4));
+            let ch = channel_shape(c, xs.len());
+            let act = random_act(rng);
+            let eps = 1e-5f64;
+            case(
+                &[xs, ch.clone(), ch],
+                &[],
+                &move |b, x, _| {
+                    let y = p::fused(b, Op::GroupNorm { groups: g, eps_bits: eps.to_bits(), act: Act::None }, &[x[0], x[1], x[2]])?;
+                    activation(b, y, act)
+                },
+                &move |b, x, _| p::fused(b, Op::GroupNorm { groups: g, eps_bits: eps.to_bits(), act }, &[x[0], x[1], x[2]]),
+            )
+        }),
     ]
 }
 
@@ -670,4 +810,57 @@ fn every_rule_is_sound() {
         *by_family.entry(families[name]).or_default() += 1;
     }
     eprintln!("sound on {SEEDS} random instances each: {by_family:?}");
+}
+
+/// A random grouped convolution: input shape, weight shape, window (1 or 2 spatial axes,
+/// strides, dilations, padding) and groups.
+fn conv_geometry(rng: &mut ChaCha8Rng) -> (Vec<usize>, Vec<usize>, Window, usize) {
+    let r = rng.gen_range(1..3);
+    let groups = rng.gen_range(1..3);
+    let (c, m) = (groups * rng.gen_range(1..3), groups * rng.gen_range(1..3));
+    let size: Vec<usize> = (0..r).map(|_| rng.gen_range(1..4)).collect();
+    let mut w = Window::new(size.clone());
+    w.stride = (0..r).map(|_| rng.gen_range(1..3)).collect();
+    w.dilation = (0..r).map(|_| rng.gen_range(1..3)).collect();
+    w.pad_begin = (0..r).map(|_| rng.gen_range(0..2)).collect();
+    w.pad_end = (0..r).map(|_| rng.gen_range(0..2)).collect();
+    let mut xs = vec![rng.gen_range(1..3), c];
+    // Large enough for one output position along every axis.
+    xs.extend((0..r).map(|a| w.dilation[a] * (size[a] - 1) + 1 + rng.gen_range(0..4)));
+    let mut ws = vec![m, c / groups];
+    ws.extend(&size);
+    (xs, ws, w, groups)
+}
+
+/// `[c, 1, ..]` with rank `rank − 1`: one value per channel of an `[N, c, ..]` tensor.
+fn channel_shape(c: usize, rank: usize) -> Vec<usize> {
+    let mut s = vec![c];
+    s.extend(std::iter::repeat_n(1, rank - 2));
+    s
+}
+
+fn random_act(rng: &mut ChaCha8Rng) -> Act {
+    match rng.gen_range(0..3) {
+        0 => Act::Relu,
+        1 => Act::LeakyRelu { alpha_bits: [0.2f64, 0.01][rng.gen_range(0..2)].to_bits() },
+        _ => Act::Silu,
+    }
+}
+
+/// `act(y)` written as the ONNX importer writes it.
+fn activation(b: &mut GraphBuilder, y: Tensor, act: Act) -> Result<Tensor, IrError> {
+    match act {
+        Act::None => Ok(y),
+        Act::Relu => {
+            let z = b.scalar(0.0)?;
+            b.binary(BinaryOp::Max, y, z)
+        }
+        Act::LeakyRelu { alpha_bits } => {
+            let z = b.scalar(0.0)?;
+            let neg = b.compare(CmpOp::Lt, y, z)?;
+            let ay = b.scale(y, f64::from_bits(alpha_bits))?;
+            b.select(neg, ay, y)
+        }
+        Act::Silu => b.unary(UnaryOp::Silu, y),
+    }
 }

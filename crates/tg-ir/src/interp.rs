@@ -334,28 +334,36 @@ fn eval_node<'w>(
         }
         Op::Conv { window, groups } | Op::Im2Col { window, groups } => {
             let x = dense(0)?;
-            let cols = im2col_f64(&x, window);
             if matches!(n.op, Op::Im2Col { .. }) {
-                return out(cols);
+                return out(im2col_f64(&x, window));
             }
-            // out[n, gi·Mg + m', p] = Σ_k w[gi·Mg + m', k] · cols[n, gi, k, p].
-            let w = dense(1)?;
-            let (batch, m, g) = (x.shape[0], n.shape[1], *groups);
-            let (mg, k, p) = (m / g, w.data.len() / m.max(1), numel(&n.shape[2..]));
-            let mut data = vec![0f64; numel(&n.shape)];
-            for b in 0..batch {
-                for gi in 0..g {
-                    let col = &cols[(b * g + gi) * k * p..][..k * p];
-                    for mm in 0..mg {
-                        let oc = gi * mg + mm;
-                        let wr = &w.data[oc * k..][..k];
-                        let o = &mut data[(b * m + oc) * p..][..p];
-                        for (kk, &wv) in wr.iter().enumerate() {
-                            for (ov, cv) in o.iter_mut().zip(&col[kk * p..][..p]) {
-                                *ov += wv * cv;
-                            }
-                        }
-                    }
+            out(conv_f64(&x, &dense(1)?, window, *groups, &n.shape))
+        }
+        Op::ConvBias { window, groups, act } => {
+            // act(conv(x, w) + b), b one value per output channel.
+            let mut data = conv_f64(&dense(0)?, &dense(1)?, window, *groups, &n.shape);
+            let b = dense(2)?;
+            let p = numel(&n.shape[2..]).max(1);
+            for (i, v) in data.iter_mut().enumerate() {
+                *v = act.eval_f64(*v + b.data[(i / p) % n.shape[1]]);
+            }
+            out(data)
+        }
+        Op::GroupNorm { groups, eps_bits, act } => {
+            // Per (sample, group): (x − mean)·rsqrt(mean((x − mean)²) + ε), then ·γ + β per
+            // channel and the activation.
+            let (x, gam, bet) = (dense(0)?, dense(1)?, dense(2)?);
+            let (c, g, eps) = (x.shape[1], *groups, f64::from_bits(*eps_bits));
+            let plane = numel(&x.shape[2..]);
+            let per = c / g * plane;
+            let mut data = Vec::with_capacity(x.data.len());
+            for (bi, blk) in x.data.chunks(per.max(1)).enumerate().take(x.shape[0] * g) {
+                let mean = blk.iter().sum::<f64>() / per as f64;
+                let var = blk.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / per as f64;
+                let inv = 1.0 / (var + eps).sqrt();
+                for (j, v) in blk.iter().enumerate() {
+                    let ch = (bi % g) * (c / g) + j / plane.max(1);
+                    data.push(act.eval_f64((v - mean) * inv * gam.data[ch] + bet.data[ch]));
                 }
             }
             out(data)
@@ -495,6 +503,32 @@ fn eval_node<'w>(
             out(permuted(&o, &[2, 0, 1, 3]).data)
         }
     }
+}
+
+/// The grouped convolution of `x` with `w` (see [`Op::Conv`]) into `shape`: the weights
+/// times the im2col matrix, group by group.
+fn conv_f64(x: &Array, w: &Array, window: &crate::Window, groups: usize, shape: &[usize]) -> Vec<f64> {
+    let cols = im2col_f64(x, window);
+    // out[n, gi·Mg + m', p] = Σ_k w[gi·Mg + m', k] · cols[n, gi, k, p].
+    let (batch, m, g) = (x.shape[0], shape[1], groups);
+    let (mg, k, p) = (m / g, w.data.len() / m.max(1), numel(&shape[2..]));
+    let mut data = vec![0f64; numel(shape)];
+    for b in 0..batch {
+        for gi in 0..g {
+            let col = &cols[(b * g + gi) * k * p..][..k * p];
+            for mm in 0..mg {
+                let oc = gi * mg + mm;
+                let wr = &w.data[oc * k..][..k];
+                let o = &mut data[(b * m + oc) * p..][..p];
+                for (kk, &wv) in wr.iter().enumerate() {
+                    for (ov, cv) in o.iter_mut().zip(&col[kk * p..][..p]) {
+                        *ov += wv * cv;
+                    }
+                }
+            }
+        }
+    }
+    data
 }
 
 /// `a` with its dimensions reordered: output dim `i` is input dim `perm[i]`.

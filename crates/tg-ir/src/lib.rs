@@ -21,7 +21,7 @@ mod window;
 pub use dtype::DType;
 pub use graph::{Graph, GraphBuilder, Node, NodeId, Tensor, WeightInfo};
 pub use host::{f32_bytes, HostData, HostTensor, WeightStore};
-pub use op::{BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
+pub use op::{Act, BinaryOp, CmpOp, Op, ReduceOp, UnaryOp};
 pub use shape::{broadcast_shapes, Shape};
 pub use verify::{infer, verify, MAX_TENSOR_BYTES};
 pub use window::{PoolKind, Window};

@@ -23,6 +23,14 @@ pub enum UnaryOp {
     Cos,
     /// absolute value
     Abs,
+    /// logistic sigmoid `σ(x) = 1 / (1 + e^−x)` (ONNX `Sigmoid`; the `fuse-sigmoid` rule
+    /// recognises the written-out composition)
+    Sigmoid,
+    /// SiLU (swish) `x · σ(x)`: a fusion target of `x · sigmoid(x)` (the `fuse-silu` rule),
+    /// one pass instead of two
+    Silu,
+    /// the error function `erf(x) = 2/√π ∫₀ˣ e^−t² dt`
+    Erf,
 }
 
 /// Elementwise binary functions with numpy broadcasting.
@@ -61,6 +69,53 @@ impl UnaryOp {
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
             UnaryOp::Abs => x.abs(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+            UnaryOp::Erf => libm::erf(x),
+        }
+    }
+}
+
+/// The activation a fused op applies to its result (its epilogue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Act {
+    /// none: the value itself
+    None,
+    /// `max(x, 0)`
+    Relu,
+    /// `x` for `x ≥ 0`, `α·x` below (ONNX `LeakyRelu`)
+    LeakyRelu {
+        /// `f64::to_bits` of α.
+        alpha_bits: u64,
+    },
+    /// SiLU `x · σ(x)` (see [`UnaryOp::Silu`])
+    Silu,
+}
+
+impl Act {
+    /// The function on one f64 value (the reference definition).
+    pub fn eval_f64(self, x: f64) -> f64 {
+        match self {
+            Act::None => x,
+            Act::Relu => x.max(0.0),
+            Act::LeakyRelu { alpha_bits } => {
+                if x < 0.0 {
+                    f64::from_bits(alpha_bits) * x
+                } else {
+                    x
+                }
+            }
+            Act::Silu => UnaryOp::Silu.eval_f64(x),
+        }
+    }
+
+    /// Short name (`relu`, `leaky0.2`, `silu`; empty for none).
+    pub fn name(self) -> String {
+        match self {
+            Act::None => String::new(),
+            Act::Relu => "relu".into(),
+            Act::LeakyRelu { alpha_bits } => format!("leaky{}", f64::from_bits(alpha_bits)),
+            Act::Silu => "silu".into(),
         }
     }
 }
@@ -308,6 +363,33 @@ pub enum Op {
         /// `f64::to_bits` of epsilon.
         eps_bits: u64,
     },
+    /// Convolution with a per-channel bias and an activation:
+    /// `act(conv(x, w) + b)`. Inputs `[x, w, b]` with `x`, `w` as for [`Op::Conv`] and `b`
+    /// one value per output channel, shaped `[M, 1, ..]` (rank of `x` minus one, so that it
+    /// broadcasts over `[N, M, *S']`); output as for [`Op::Conv`]. The bias add and the
+    /// activation run on the convolution's output while it is in cache.
+    ConvBias {
+        /// The window.
+        window: crate::Window,
+        /// Groups.
+        groups: usize,
+        /// The activation.
+        act: Act,
+    },
+    /// Group normalisation with its affine map and an activation, as exported CNNs write it
+    /// (reshape → instance normalisation → reshape → scale/shift):
+    /// `act(reshape(normalise_ε(reshape(x, [N, G, (C/G)·S])), shape(x)) · γ + β)` where
+    /// `normalise_ε(y) = (y − mean(y)) · rsqrt(mean((y − mean(y))²) + ε)` over the last axis.
+    /// Inputs `[x [N, C, *S], γ, β]`, `γ` and `β` shaped `[C, 1, ..]` (rank of `x` minus
+    /// one); output `x`'s shape. f32.
+    GroupNorm {
+        /// Groups `G` (divides `C`).
+        groups: usize,
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+        /// The activation.
+        act: Act,
+    },
 }
 
 impl Op {
@@ -337,8 +419,20 @@ impl Op {
             Op::Slice { axis, start, end } => format!("slice[{axis}:{start}..{end}]"),
             Op::Concat { axis } => format!("concat[{axis}]"),
             Op::Gather => "gather".into(),
-            Op::Conv { window, groups } => if *groups == 1 { format!("conv[{window}]") } else { format!("conv[{window} g{groups}]") },
-            Op::Im2Col { window, groups } => if *groups == 1 { format!("im2col[{window}]") } else { format!("im2col[{window} g{groups}]") },
+            Op::Conv { window, groups } => {
+                if *groups == 1 {
+                    format!("conv[{window}]")
+                } else {
+                    format!("conv[{window} g{groups}]")
+                }
+            }
+            Op::Im2Col { window, groups } => {
+                if *groups == 1 {
+                    format!("im2col[{window}]")
+                } else {
+                    format!("im2col[{window} g{groups}]")
+                }
+            }
             Op::Pool { kind, window } => format!("pool_{kind:?}[{window}]").to_lowercase(),
             Op::State { name } => format!("state:{name}"),
             Op::StoreRows { axis } => format!("store_rows[{axis}]"),
@@ -353,6 +447,15 @@ impl Op {
             Op::AddRmsNorm { .. } => "add_rms_norm".into(),
             Op::AttentionSeqMajor { .. } => "attention_seq_major".into(),
             Op::MatMulAdd { .. } => "matmul_add".into(),
+            Op::ConvBias { window, groups, act } => {
+                let g = if *groups == 1 { String::new() } else { format!(" g{groups}") };
+                let a = if *act == Act::None { String::new() } else { format!(" {}", act.name()) };
+                format!("conv_bias[{window}{g}{a}]")
+            }
+            Op::GroupNorm { groups, act, .. } => {
+                let a = if *act == Act::None { String::new() } else { format!(" {}", act.name()) };
+                format!("group_norm[g{groups}{a}]")
+            }
         }
     }
 
@@ -370,6 +473,8 @@ impl Op {
                 | Op::AddRmsNorm { .. }
                 | Op::AttentionSeqMajor { .. }
                 | Op::MatMulAdd { .. }
+                | Op::ConvBias { .. }
+                | Op::GroupNorm { .. }
         )
     }
 

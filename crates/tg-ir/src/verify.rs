@@ -300,9 +300,19 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             s.push(t[1]);
             Ok((s, DType::F32))
         }
-        Op::Conv { window, groups } | Op::Im2Col { window, groups } => {
-            let conv = matches!(op, Op::Conv { .. });
-            arity(op, ins, if conv { 2 } else { 1 })?;
+        Op::Conv { window, groups } | Op::Im2Col { window, groups } | Op::ConvBias { window, groups, .. } => {
+            let conv = !matches!(op, Op::Im2Col { .. });
+            arity(
+                op,
+                ins,
+                if matches!(op, Op::ConvBias { .. }) {
+                    3
+                } else if conv {
+                    2
+                } else {
+                    1
+                },
+            )?;
             all_f32(op, ins)?;
             let (n, c, out_sp) = windowed(op, ins[0].0, window)?;
             let g = *groups;
@@ -327,9 +337,31 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
                     ),
                 ));
             }
+            if matches!(op, Op::ConvBias { .. }) {
+                channel_vector(op, "bias", ins[2].0, m, ins[0].0.len())?;
+            }
             let mut s = vec![n, m];
             s.extend(out_sp);
             Ok((s, DType::F32))
+        }
+        Op::GroupNorm { groups, eps_bits, .. } => {
+            arity(op, ins, 3)?;
+            all_f32(op, ins)?;
+            let x = ins[0].0;
+            if x.len() < 2 {
+                return Err(shape_err(op, format!("input {x:?} must be [N, C, ..]")));
+            }
+            let (c, g) = (x[1], *groups);
+            if g == 0 || !c.is_multiple_of(g) {
+                return Err(shape_err(op, format!("{c} channels are not a multiple of {g} groups")));
+            }
+            let eps = f64::from_bits(*eps_bits);
+            if !(eps >= 0.0 && eps.is_finite()) {
+                return Err(shape_err(op, format!("epsilon {eps} must be finite and >= 0")));
+            }
+            channel_vector(op, "scale", ins[1].0, c, x.len())?;
+            channel_vector(op, "shift", ins[2].0, c, x.len())?;
+            Ok((x.to_vec(), DType::F32))
         }
         Op::Pool { window, .. } => {
             arity(op, ins, 1)?;
@@ -526,6 +558,17 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
         if !outs.insert(name) {
             return Err(IrError::Name(format!("output '{name}' declared twice")));
         }
+    }
+    Ok(())
+}
+
+/// Checks that `v` is one value per channel shaped `[c, 1, ..]` with rank `rank − 1` (so
+/// that it broadcasts over `[N, c, *S]`).
+fn channel_vector(op: &Op, what: &str, v: &[usize], c: usize, rank: usize) -> Result<(), IrError> {
+    if v.len() + 1 != rank || v.first() != Some(&c) || v[1..].iter().any(|&d| d != 1) {
+        let mut want = vec![c.to_string()];
+        want.extend(std::iter::repeat_n("1".to_string(), rank.saturating_sub(2)));
+        return Err(shape_err(op, format!("{what} {v:?} must be [{}] (one value per channel)", want.join(", "))));
     }
     Ok(())
 }

@@ -4,7 +4,8 @@
 //! Accuracy of the SIMD transcendental paths (AVX2/AVX-512), measured against f64 in the tests
 //! over their whole ranges: `exp` within 1.3 · 2^-24 relative (about one ulp, subnormal results
 //! included), `tanh` within 2.4 · 2^-24 relative (< 1.5e-7; `std`'s `tanhf` measures the same).
-//! `log`, `sin` and `cos` use `std` on every path; the portable path uses `std` for `exp` and
+//! `sigmoid` and `silu` are built on that `exp` (`e^−|x|`, so no overflow), within a few ulps.
+//! `log`, `sin` and `cos` use `std` on every path, `erf` `libm`'s `erff`; the portable path uses `std` for `exp` and
 //! `tanh` too. `rsqrt` is `1 / sqrt(x)` (two correctly rounded steps, not an approximation
 //! instruction); the other ops are single IEEE operations and exact.
 
@@ -82,6 +83,13 @@ pub enum UnaryOp {
     Abs,
     /// `x * x`
     Square,
+    /// logistic sigmoid `1 / (1 + e^−x)`, computed as `e/(1+e)` or `1/(1+e)` with
+    /// `e = e^−|x|` so it neither overflows nor loses relative accuracy for large `|x|`
+    Sigmoid,
+    /// SiLU `x · sigmoid(x)`
+    Silu,
+    /// the error function (`libm`'s `erff` on every path)
+    Erf,
 }
 
 impl UnaryOp {
@@ -99,13 +107,36 @@ impl UnaryOp {
             UnaryOp::Cos => x.cos(),
             UnaryOp::Abs => x.abs(),
             UnaryOp::Square => x * x,
+            UnaryOp::Sigmoid => sigmoid(x),
+            UnaryOp::Silu => x * sigmoid(x),
+            UnaryOp::Erf => libm::erff(x),
         }
     }
 
     /// Ops computed element by element with `std` on every path (costly per element).
     fn is_libm(self) -> bool {
-        matches!(self, UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos)
+        matches!(self, UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Erf)
     }
+}
+
+/// `1 / (1 + e^−x)` without overflow: `e = e^−|x| ≤ 1`, then `1/(1+e)` for `x ≥ 0` and
+/// `e/(1+e)` below (NaN propagates).
+fn sigmoid(x: f32) -> f32 {
+    let e = (-x.abs()).exp();
+    let r = 1.0 / (1.0 + e);
+    if x < 0.0 {
+        e * r
+    } else {
+        r
+    }
+}
+
+/// [`sigmoid`] on all lanes.
+#[inline(always)]
+pub(crate) unsafe fn sigmoid_v<S: Simd>(x: S::V) -> S::V {
+    let e = exp_v::<S>(S::neg(S::abs(x)));
+    let r = S::div(S::splat(1.0), S::add(S::splat(1.0), e));
+    S::select_lt(x, S::splat(0.0), S::mul(e, r), r)
 }
 
 /// Elements per task below which elementwise work stays on one thread.
@@ -185,7 +216,7 @@ trait VUnary {
 
 /// Zero-sized vector operations (see [`VBinary`], [`VUnary`]).
 mod vop {
-    use super::{exp_v, tanh_v, VBinary, VUnary};
+    use super::{exp_v, sigmoid_v, tanh_v, VBinary, VUnary};
     use crate::simd::Simd;
 
     macro_rules! ops {
@@ -218,6 +249,8 @@ mod vop {
         Rsqrt(v) => S::div(S::splat(1.0), S::sqrt(v));
         Exp(v) => exp_v::<S>(v);
         Tanh(v) => tanh_v::<S>(v);
+        Sigmoid(v) => sigmoid_v::<S>(v);
+        Silu(v) => S::mul(v, sigmoid_v::<S>(v));
     }
 }
 
@@ -360,9 +393,7 @@ impl IsaTask for BinTask {
 
 fn run_binary(isa: Isa, op: BinaryOp, bcast: Bcast, a: &[f32], b: &[f32], out: &mut [f32]) {
     let (a, b, o) = (SyncPtr(a.as_ptr() as *mut f32), SyncPtr(b.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(out.len(), MIN_PER_TASK, 64, |r| {
-        run_on(isa, BinTask { op, bcast, a: a.get(), b: b.get(), out: o.get(), lo: r.start, hi: r.end })
-    });
+    for_ranges(out.len(), MIN_PER_TASK, 64, |r| run_on(isa, BinTask { op, bcast, a: a.get(), b: b.get(), out: o.get(), lo: r.start, hi: r.end }));
 }
 
 /// `out[i] = a[i] op b[i]`; all three slices have the same length.
@@ -386,13 +417,7 @@ pub fn binary_row_broadcast(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32])
 }
 
 /// [`binary_row_broadcast`] on an explicit ISA.
-pub fn binary_row_broadcast_with(
-    isa: Isa,
-    op: BinaryOp,
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn binary_row_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     check_len("binary_row_broadcast: out", a.len(), out.len())?;
     let n = b.len();
@@ -400,10 +425,7 @@ pub fn binary_row_broadcast_with(
         return check_len("binary_row_broadcast: a (b is empty)", 0, a.len());
     }
     if !a.len().is_multiple_of(n) {
-        return Err(KernelError::Shape(format!(
-            "binary_row_broadcast: a has {} elements, not a whole number of rows of {n}",
-            a.len()
-        )));
+        return Err(KernelError::Shape(format!("binary_row_broadcast: a has {} elements, not a whole number of rows of {n}", a.len())));
     }
     run_binary(isa, op, Bcast::Row(n), a, b, out);
     Ok(())
@@ -416,13 +438,7 @@ pub fn binary_col_broadcast(op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32])
 }
 
 /// [`binary_col_broadcast`] on an explicit ISA.
-pub fn binary_col_broadcast_with(
-    isa: Isa,
-    op: BinaryOp,
-    a: &[f32],
-    b: &[f32],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn binary_col_broadcast_with(isa: Isa, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     check_len("binary_col_broadcast: out", a.len(), out.len())?;
     let rows = b.len();
@@ -430,10 +446,7 @@ pub fn binary_col_broadcast_with(
         return check_len("binary_col_broadcast: a (b is empty)", 0, a.len());
     }
     if !a.len().is_multiple_of(rows) {
-        return Err(KernelError::Shape(format!(
-            "binary_col_broadcast: a has {} elements, not {rows} equal rows",
-            a.len()
-        )));
+        return Err(KernelError::Shape(format!("binary_col_broadcast: a has {} elements, not {rows} equal rows", a.len())));
     }
     let n = a.len() / rows;
     if n == 0 {
@@ -466,6 +479,8 @@ impl IsaTask for UnaryTask {
             // The portable path uses `std` for these (see the module docs).
             UnaryOp::Exp if !S::PORTABLE => map::<S, vop::Exp>(x, out, n),
             UnaryOp::Tanh if !S::PORTABLE => map::<S, vop::Tanh>(x, out, n),
+            UnaryOp::Sigmoid if !S::PORTABLE => map::<S, vop::Sigmoid>(x, out, n),
+            UnaryOp::Silu if !S::PORTABLE => map::<S, vop::Silu>(x, out, n),
             _ => {
                 for i in 0..n {
                     *out.add(i) = op.apply(*x.add(i));
@@ -484,10 +499,8 @@ pub fn unary_f32(op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<(), KernelEr
 pub fn unary_f32_with(isa: Isa, op: UnaryOp, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     check_len("unary_f32: out", x.len(), out.len())?;
-    let min = if op.is_libm() || matches!(op, UnaryOp::Exp | UnaryOp::Tanh) { 4096 } else { MIN_PER_TASK };
+    let min = if op.is_libm() || matches!(op, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu) { 4096 } else { MIN_PER_TASK };
     let (xp, o) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    for_ranges(x.len(), min, 64, |r| {
-        run_on(isa, UnaryTask { op, x: xp.get().wrapping_add(r.start), out: o.get().wrapping_add(r.start), n: r.len() })
-    });
+    for_ranges(x.len(), min, 64, |r| run_on(isa, UnaryTask { op, x: xp.get().wrapping_add(r.start), out: o.get().wrapping_add(r.start), n: r.len() }));
     Ok(())
 }

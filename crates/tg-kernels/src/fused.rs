@@ -11,6 +11,8 @@
 //! | [`gelu_tanh`], [`gated_gelu_tanh`] | the ten-op GELU-tanh chain (and the `· up` of a gated FFN) |
 //! | [`softmax_rows`] | `reduce_max`, `sub`, `exp`, `reduce_sum`, `div` |
 //! | [`attention`] | `matmul(q, kᵀ)`, `scale`, `add mask`, softmax, `matmul(p, v)` |
+//! | [`bias_act_rows`] | a convolution's per-channel bias `add` and its activation |
+//! | [`group_norm`] | reshape, `reduce_mean`, `sub`, `mul`, `reduce_mean`, `add eps`, `rsqrt`, `mul`, reshape, `mul γ`, `add β` (and an activation) |
 //!
 //! All buffers are contiguous row-major f32. Every kernel has a `*_with(isa, ..)` twin (see
 //! the crate docs on instruction sets) and splits independent rows (heads, query blocks)
@@ -36,14 +38,13 @@
 
 mod act;
 mod attention;
+mod epilogue;
 mod norm;
 
 pub use act::{gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh, gelu_tanh_with, softmax_rows, softmax_rows_with};
 pub use attention::{attention, attention_layout_with, attention_with, AttnLayout};
-pub use norm::{
-    add_rms_norm, add_rms_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox,
-    rope_neox_with,
-};
+pub use epilogue::{bias_act_rows, bias_act_rows_with, group_norm, group_norm_with, Act, GroupNormShape};
+pub use norm::{add_rms_norm, add_rms_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with};
 
 use crate::elementwise::exp_v;
 use crate::simd::Simd;

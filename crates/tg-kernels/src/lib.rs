@@ -35,20 +35,19 @@ mod par;
 mod reduce;
 mod simd;
 
-use thiserror::Error;
 pub use tg_quant::GgmlType;
+use thiserror::Error;
 
 pub use conv::{conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, im2col_f32, pool2d_f32, pool2d_f32_with, Pool, Window2d};
 pub use copy::copy_strided_f32;
 pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, has_simd_decoder, supports_type};
 pub use elementwise::{
-    binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast,
-    binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
+    binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast, binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
 };
 pub use fused::{
-    add_rms_norm, add_rms_norm_with, attention, attention_layout_with, attention_with, AttnLayout, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
-    gelu_tanh_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with,
-    softmax_rows, softmax_rows_with,
+    add_rms_norm, add_rms_norm_with, attention, attention_layout_with, attention_with, bias_act_rows, bias_act_rows_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
+    gelu_tanh_with, group_norm, group_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with, softmax_rows, softmax_rows_with,
+    Act, AttnLayout, GroupNormShape,
 };
 pub use isa::{cpu_features, isa, Isa};
 pub use matmul_f32::{matmul_f32, matmul_f32_with, MatView};
@@ -149,6 +148,6 @@ pub(crate) fn check_matmul(
 
 mod matmul_q8;
 pub use matmul_q8::{
-    matmul_qt_q8, matmul_qt_q8_ordered, matmul_qt_q8_pre, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, q8_activation_type,
-    quantize_activations, quantize_activations_with, Q8Order, QuantizedActivations,
+    matmul_qt_q8, matmul_qt_q8_ordered, matmul_qt_q8_pre, matmul_qt_q8_pre_ordered, matmul_qt_q8_with, q8_activation_type, quantize_activations, quantize_activations_with,
+    Q8Order, QuantizedActivations,
 };

@@ -6,8 +6,7 @@ mod common;
 use common::*;
 use rand::Rng;
 use tg_kernels::{
-    binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with,
-    unary_f32_with, BinaryOp, Isa, KernelError, ReduceOp, UnaryOp,
+    binary_col_broadcast_with, binary_f32_with, binary_row_broadcast_with, copy_strided_f32, reduce_rows_f32_with, unary_f32_with, BinaryOp, Isa, KernelError, ReduceOp, UnaryOp,
 };
 
 const LENS: [usize; 9] = [0, 1, 7, 15, 16, 17, 63, 1000, 70_001];
@@ -19,13 +18,10 @@ fn same(a: f32, b: f32) -> bool {
 /// Random values with a sprinkling of specials.
 fn values(r: &mut rand_chacha::ChaCha8Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     let specials = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, f32::MAX];
-    (0..n)
-        .map(|_| if r.gen_range(0..20) == 0 { specials[r.gen_range(0..specials.len())] } else { r.gen_range(lo..hi) })
-        .collect()
+    (0..n).map(|_| if r.gen_range(0..20) == 0 { specials[r.gen_range(0..specials.len())] } else { r.gen_range(lo..hi) }).collect()
 }
 
-const BINOPS: [BinaryOp; 6] =
-    [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const BINOPS: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
 
 #[test]
 fn binary_ops_are_exact() {
@@ -39,13 +35,7 @@ fn binary_ops_are_exact() {
                 binary_f32_with(isa, op, &a, &b, &mut out).unwrap();
                 for i in 0..n {
                     let want = op.apply(a[i], b[i]);
-                    assert!(
-                        same(out[i], want),
-                        "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}",
-                        a[i],
-                        b[i],
-                        out[i]
-                    );
+                    assert!(same(out[i], want), "{isa} {op:?} n={n} [{i}]: {} {} -> {} want {want}", a[i], b[i], out[i]);
                 }
             }
         }
@@ -103,6 +93,11 @@ fn rel_ulps(got: f32, want: f64) -> f64 {
     (got as f64 - want).abs() / spacing
 }
 
+/// `1 / (1 + e^−x)` in f64 (exact enough to be the reference for f32).
+fn sigmoid_f64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
 #[test]
 fn unary_ops_accuracy() {
     let ops = [
@@ -117,6 +112,9 @@ fn unary_ops_accuracy() {
         (UnaryOp::Log, 0.0, 100.0),
         (UnaryOp::Sin, -10.0, 10.0),
         (UnaryOp::Cos, -10.0, 10.0),
+        (UnaryOp::Sigmoid, -120.0, 120.0),
+        (UnaryOp::Silu, -120.0, 120.0),
+        (UnaryOp::Erf, -6.0, 6.0),
     ];
     for isa in isas() {
         for &(op, lo, hi) in &ops {
@@ -132,6 +130,20 @@ fn unary_ops_accuracy() {
                 let e = match op {
                     UnaryOp::Exp => rel_ulps(o, (v as f64).exp()),
                     UnaryOp::Tanh => rel_ulps(o, (v as f64).tanh()),
+                    UnaryOp::Sigmoid => rel_ulps(o, sigmoid_f64(v as f64)),
+                    UnaryOp::Silu => {
+                        // Where σ(x) is subnormal (x < −87.3) it carries fewer bits: there the
+                        // bound is |x| times the subnormal spacing.
+                        let want = v as f64 * sigmoid_f64(v as f64);
+                        if sigmoid_f64(v as f64) < f32::MIN_POSITIVE as f64 && !want.is_nan() {
+                            let err = (o as f64 - want).abs() / (v.abs() as f64 * f32::from_bits(1) as f64);
+                            assert!(err <= 1.0, "{isa} silu({v}) = {o}, want {want}");
+                            0.0
+                        } else {
+                            rel_ulps(o, want)
+                        }
+                    }
+                    UnaryOp::Erf => rel_ulps(o, libm::erf(v as f64)),
                     // Everything else is defined as the std / IEEE f32 computation, exactly.
                     _ => {
                         assert!(same(o, op.apply(v)), "{isa} {op:?}({v}) = {o}, want {}", op.apply(v));
@@ -166,19 +178,14 @@ fn reductions() {
                             _ => {
                                 let s: f64 = row.iter().map(|&v| v as f64).sum();
                                 let mag: f64 = row.iter().map(|&v| (v as f64).abs()).sum();
-                                let (want, scale) =
-                                    if op == ReduceOp::Mean { (s / n as f64, n as f64) } else { (s, 1.0) };
+                                let (want, scale) = if op == ReduceOp::Mean { (s / n as f64, n as f64) } else { (s, 1.0) };
                                 if n == 0 {
                                     assert!(if op == ReduceOp::Mean { o.is_nan() } else { o == 0.0 });
                                     continue;
                                 }
                                 // Documented bound: (n/(4·LANES) + log2(4·LANES)) ε Σ|x|, LANES ≥ 8.
-                                let bound = (n as f64 / 32.0 + 8.0) * f32::EPSILON as f64 / 2.0 * mag / scale
-                                    + f32::EPSILON as f64 * want.abs();
-                                assert!(
-                                    (o as f64 - want).abs() <= bound,
-                                    "{isa} {op:?} {rows}x{n} row {i}: {o} vs {want} (bound {bound:e})"
-                                );
+                                let bound = (n as f64 / 32.0 + 8.0) * f32::EPSILON as f64 / 2.0 * mag / scale + f32::EPSILON as f64 * want.abs();
+                                assert!((o as f64 - want).abs() <= bound, "{isa} {op:?} {rows}x{n} row {i}: {o} vs {want} (bound {bound:e})");
                             }
                         }
                     }
@@ -236,10 +243,7 @@ fn copy_strided_matches_naive_gather() {
         for t in [1, 2] {
             let mut dst = vec![f32::NAN; want.len()];
             pool(t).install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).unwrap();
-            assert!(
-                dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "shape {shape:?} strides {strides:?} offset {offset} threads {t}"
-            );
+            assert!(dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "shape {shape:?} strides {strides:?} offset {offset} threads {t}");
         }
     }
 }

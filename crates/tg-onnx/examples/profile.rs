@@ -3,7 +3,7 @@
 //! and prints the time per kernel (the kernel's name, with its attributes) summed over the
 //! steps, largest first.
 //!
-//! `cargo run --release -p tg-onnx --example profile -- MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N]`
+//! `cargo run --release -p tg-onnx --example profile -- MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N] [--no-rules FAMILY,..]`
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,16 +11,18 @@ use std::sync::Arc;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(path) = args.first() else {
-        eprintln!("usage: profile MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N]");
+        eprintln!("usage: profile MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N] [--no-rules FAMILY,..]");
         std::process::exit(2);
     };
     let (mut threads, mut runs) = (1usize, 5usize);
+    let mut disabled = std::collections::BTreeSet::new();
     let mut shapes: HashMap<String, Vec<usize>> = HashMap::new();
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(1),
             "--runs" => runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(5),
+            "--no-rules" => disabled.extend(it.next().map(String::as_str).unwrap_or_default().split(',').filter(|f| !f.is_empty()).map(String::from)),
             _ => {
                 let Some((n, d)) = a.split_once('=') else {
                     eprintln!("bad argument '{a}'");
@@ -43,7 +45,14 @@ fn main() {
     }
     let imp = tg_onnx::import(&m, &shapes).unwrap_or_else(|e| fail(&e));
     let cpu = tg_devices::open("cpu", threads).unwrap_or_else(|e| fail(&e));
-    let c = tg_compiler::compile(&imp.graph, std::slice::from_ref(&cpu), &tg_compiler::CompileOptions::default()).unwrap_or_else(|e| fail(&e));
+    let mut opts = tg_compiler::CompileOptions::default();
+    opts.rewrite.disabled = disabled;
+    let c = tg_compiler::compile(&imp.graph, std::slice::from_ref(&cpu), &opts).unwrap_or_else(|e| fail(&e));
+    if let Some(r) = &c.report.rewrite {
+        let s = &r.saturation;
+        let fired: Vec<String> = s.applications.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+        eprintln!("rewrite: {:?} after {} iterations, {} e-nodes, {:.0} ms; {}", s.stop_reason, s.iterations, s.enodes, s.millis, fired.join(", "));
+    }
     let mut exe = tg_runtime::Executable::new(c.plan, vec![cpu], Arc::new(imp.weights)).unwrap_or_else(|e| fail(&e));
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut feeds = HashMap::new();

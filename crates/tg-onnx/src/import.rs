@@ -51,6 +51,7 @@ const BASE_OPS: &[&str] = &[
     "Div",
     "Dropout",
     "Equal",
+    "Erf",
     "Exp",
     "Expand",
     "Flatten",
@@ -412,7 +413,7 @@ impl Imp<'_> {
                 }
                 self.set(&out0, V::T(y, ty));
             }
-            "Neg" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Abs" | "Reciprocal" | "Sin" | "Cos" => {
+            "Neg" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Abs" | "Reciprocal" | "Sin" | "Cos" | "Sigmoid" | "Erf" => {
                 let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 if op == "Neg" && self.b.dtype(x) == DType::I32 {
                     // 0 − x (the IR's unary ops are float).
@@ -430,6 +431,8 @@ impl Imp<'_> {
                     "Abs" => UnaryOp::Abs,
                     "Reciprocal" => UnaryOp::Recip,
                     "Sin" => UnaryOp::Sin,
+                    "Sigmoid" => UnaryOp::Sigmoid,
+                    "Erf" => UnaryOp::Erf,
                     _ => UnaryOp::Cos,
                 };
                 let y = self.unary(u, x)?;
@@ -439,16 +442,6 @@ impl Imp<'_> {
                 let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 let z = self.scalar(0.0, x)?;
                 let y = self.bin(BinaryOp::Max, x, z)?;
-                self.set(&out0, V::T(y, ty));
-            }
-            "Sigmoid" => {
-                // 1 / (1 + exp(−x))
-                let (x, ty) = self.tensor(self.arg(&ins, 0)?)?;
-                let nx = self.unary(UnaryOp::Neg, x)?;
-                let e = self.unary(UnaryOp::Exp, nx)?;
-                let one = self.scalar(1.0, x)?;
-                let d = ir(&self.node, &self.op, self.b.add(e, one))?;
-                let y = self.unary(UnaryOp::Recip, d)?;
                 self.set(&out0, V::T(y, ty));
             }
             "HardSigmoid" => {

@@ -53,6 +53,16 @@ fn dt(d: DType) -> i32 {
     }
 }
 
+/// The `act_f` code of an activation and its parameter (`window.cl`).
+fn act_code(a: tg_ir::Act) -> (i32, f32) {
+    match a {
+        tg_ir::Act::None => (0, 0.0),
+        tg_ir::Act::Relu => (1, 0.0),
+        tg_ir::Act::LeakyRelu { alpha_bits } => (2, f64::from_bits(alpha_bits) as f32),
+        tg_ir::Act::Silu => (3, 0.0),
+    }
+}
+
 fn unary_code(op: UnaryOp) -> i32 {
     match op {
         UnaryOp::Neg => 0,
@@ -65,6 +75,9 @@ fn unary_code(op: UnaryOp) -> i32 {
         UnaryOp::Sin => 7,
         UnaryOp::Cos => 8,
         UnaryOp::Abs => 9,
+        UnaryOp::Sigmoid => 10,
+        UnaryOp::Silu => 11,
+        UnaryOp::Erf => 12,
     }
 }
 
@@ -360,14 +373,36 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
             args.push(l(n_out));
             ck.run(queue, "tg_gelu", &args, &[n_out], None)
         }
-        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } => {
+        Kernel::GroupNorm { groups, eps_bits, act } => {
+            let s = &ol.shape;
+            let (code, alpha) = act_code(*act);
+            let mut args = Vec::from(t(&ins[0]));
+            args.extend(t(&ins[1]));
+            args.extend(t(&ins[2]));
+            args.extend(t(out));
+            args.extend([l(s[0]), l(s[1]), l(s[2..].iter().product()), l(*groups), A::F(f64::from_bits(*eps_bits) as f32), A::I(code), A::F(alpha)]);
+            ck.run(queue, "tg_group_norm", &args, &[s[0] * groups], None)
+        }
+        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } | Kernel::ConvBias { window, .. } => {
             let g = tg_runtime::window_2d(window, &ins[0].layout.shape)?;
             let [oh, ow] = g.out_hw().map_err(|e| e.to_string())?;
             let geom = [l(g.size[0]), l(g.size[1]), l(g.stride[0]), l(g.stride[1]), l(g.dilation[0]), l(g.dilation[1]), l(g.pad_begin[0]), l(g.pad_begin[1])];
             let mut args = Vec::from(t(&ins[0]));
             match kernel {
-                Kernel::Conv { groups, .. } => {
+                Kernel::Conv { groups, .. } | Kernel::ConvBias { groups, .. } => {
                     args.extend(t(&ins[1]));
+                    match kernel {
+                        Kernel::ConvBias { act, .. } => {
+                            let (code, alpha) = act_code(*act);
+                            args.extend(t(&ins[2]));
+                            args.extend([A::I(1), A::I(code), A::F(alpha)]);
+                        }
+                        // No bias: the input stands in for the unread bias buffer.
+                        _ => {
+                            args.extend(t(&ins[0]));
+                            args.extend([A::I(0), A::I(0), A::F(0.0)]);
+                        }
+                    }
                     args.extend(t(out));
                     args.extend([l(g.n), l(g.c), l(g.in_hw[0]), l(g.in_hw[1]), l(ol.shape[1]), l(*groups), l(oh), l(ow)]);
                     args.extend(geom);

@@ -64,7 +64,7 @@ pub const SOURCES: [(&str, &str); 5] = [
 pub const PROGRAM_NAME: &str = "tg_kernels";
 
 /// Every kernel function of the program (created once by [`ClKernels::build`]).
-pub const KERNEL_NAMES: [&str; 23] = [
+pub const KERNEL_NAMES: [&str; 24] = [
     "tg_fill",
     "tg_iota",
     "tg_unary",
@@ -88,6 +88,7 @@ pub const KERNEL_NAMES: [&str; 23] = [
     "tg_conv",
     "tg_im2col",
     "tg_pool",
+    "tg_group_norm",
 ];
 
 /// Errors of building the program and its kernels.

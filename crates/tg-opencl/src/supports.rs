@@ -84,8 +84,11 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
         | Kernel::GeluTanh
         | Kernel::GatedGelu
         | Kernel::Softmax
-        | Kernel::AddRmsNorm { .. } => Ok(()),
+        | Kernel::AddRmsNorm { .. }
+        | Kernel::GroupNorm { .. } => Ok(()),
         // Element indices are longs; the geometry is the CPU's (`tg_runtime::window_2d`).
-        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } => tg_runtime::window_2d(window, &ins[0].shape).map(|_| ()),
+        Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } | Kernel::ConvBias { window, .. } => {
+            tg_runtime::window_2d(window, &ins[0].shape).map(|_| ())
+        }
     }
 }

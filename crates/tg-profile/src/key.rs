@@ -61,6 +61,7 @@ impl ProfileKey {
             Kernel::RmsNorm { .. } => Kernel::RmsNorm { eps_bits: 1e-6f64.to_bits() },
             Kernel::RmsNormRopeNeox { .. } => Kernel::RmsNormRopeNeox { eps_bits: 1e-6f64.to_bits() },
             Kernel::AddRmsNorm { .. } => Kernel::AddRmsNorm { eps_bits: 1e-6f64.to_bits() },
+            Kernel::GroupNorm { groups, act, .. } => Kernel::GroupNorm { groups, eps_bits: 1e-5f64.to_bits(), act },
             Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. } => {
                 let d = self.inputs.first().and_then(|q| q.shape.last()).copied().unwrap_or(1).max(1);
                 let scale_bits = (1.0 / (d as f64).sqrt()).to_bits();

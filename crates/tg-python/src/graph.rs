@@ -89,6 +89,9 @@ fn unary_op(s: &str) -> Res<UnaryOp> {
         "sin" => UnaryOp::Sin,
         "cos" => UnaryOp::Cos,
         "abs" => UnaryOp::Abs,
+        "sigmoid" => UnaryOp::Sigmoid,
+        "silu" => UnaryOp::Silu,
+        "erf" => UnaryOp::Erf,
         _ => return Err(err(Kind::Graph, format!("unknown unary op '{s}'"))),
     })
 }

@@ -153,6 +153,21 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
             let op = if conv { tg_ir::Op::Conv { window: window.clone(), groups: *groups } } else { tg_ir::Op::Im2Col { window: window.clone(), groups: *groups } };
             window_shapes(&op, ins, out)
         }
+        Kernel::ConvBias { window, groups, act } => {
+            arity(3)?;
+            fused_f32(ins)?;
+            need(out.dtype == DType::F32 && out.is_contiguous(), || "conv_bias: contiguous f32 output".into())?;
+            window_shapes(&tg_ir::Op::ConvBias { window: window.clone(), groups: *groups, act: *act }, ins, out)
+        }
+        Kernel::GroupNorm { groups, eps_bits, act } => {
+            arity(3)?;
+            fused_f32(ins)?;
+            need(out.dtype == DType::F32 && out.is_contiguous(), || "group_norm: contiguous f32 output".into())?;
+            let typed: Vec<(&[usize], DType)> = ins.iter().map(|l| (&l.shape[..], l.dtype)).collect();
+            let op = tg_ir::Op::GroupNorm { groups: *groups, eps_bits: *eps_bits, act: *act };
+            let (shape, _) = tg_ir::infer(&op, &typed, None).map_err(|e| e.to_string())?;
+            need(shape == out.shape, || format!("group_norm: output {:?}, expected {shape:?}", out.shape))
+        }
         Kernel::Pool { kind, window } => {
             arity(1)?;
             fused_f32(ins)?;
@@ -254,7 +269,7 @@ pub fn window_2d(window: &tg_ir::Window, x: &[usize]) -> Result<tg_kernels::Wind
 /// The window kernels take the IR op's shapes exactly, over at most 2 spatial axes.
 fn window_shapes(op: &tg_ir::Op, ins: &[Layout], out: &Layout) -> Result<(), String> {
     let window = match op {
-        tg_ir::Op::Conv { window, .. } | tg_ir::Op::Im2Col { window, .. } | tg_ir::Op::Pool { window, .. } => window,
+        tg_ir::Op::Conv { window, .. } | tg_ir::Op::Im2Col { window, .. } | tg_ir::Op::Pool { window, .. } | tg_ir::Op::ConvBias { window, .. } => window,
         _ => return Err("not a window op".into()),
     };
     need(window.rank() <= 2, || format!("{}: the kernels take 1 or 2 spatial axes, not {}", op.name(), window.rank()))?;

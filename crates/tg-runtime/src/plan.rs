@@ -170,6 +170,26 @@ pub enum Kernel {
         /// Groups.
         groups: usize,
     },
+    /// Convolution with a per-channel bias and an activation ([`tg_ir::Op::ConvBias`]):
+    /// `x`, `w` as for [`Kernel::Conv`], `b` `M` elements; all contiguous f32.
+    ConvBias {
+        /// The window.
+        window: tg_ir::Window,
+        /// Groups.
+        groups: usize,
+        /// The activation.
+        act: tg_ir::Act,
+    },
+    /// Group normalisation with affine map and activation ([`tg_ir::Op::GroupNorm`]):
+    /// `x [N, C, *S]`, `γ`, `β` `C` elements; all contiguous f32.
+    GroupNorm {
+        /// Groups.
+        groups: usize,
+        /// `f64::to_bits` of epsilon.
+        eps_bits: u64,
+        /// The activation.
+        act: tg_ir::Act,
+    },
     /// Max / average pooling ([`tg_ir::Op::Pool`]): `x [N, C, *S]` contiguous f32.
     Pool {
         /// What the window computes.
@@ -244,6 +264,20 @@ impl Kernel {
             Kernel::Softmax => "softmax".into(),
             Kernel::Conv { .. } => "conv".into(),
             Kernel::Im2Col { .. } => "im2col".into(),
+            Kernel::ConvBias { act, .. } => {
+                if *act == tg_ir::Act::None {
+                    "conv_bias".into()
+                } else {
+                    format!("conv_bias_{}", act.name())
+                }
+            }
+            Kernel::GroupNorm { act, .. } => {
+                if *act == tg_ir::Act::None {
+                    "group_norm".into()
+                } else {
+                    format!("group_norm_{}", act.name())
+                }
+            }
             Kernel::Pool { kind, .. } => format!("pool_{kind:?}").to_lowercase(),
             Kernel::Attention { .. } => "attention".into(),
             Kernel::AddRmsNorm { .. } => "add_rms_norm".into(),

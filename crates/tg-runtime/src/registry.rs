@@ -30,6 +30,8 @@ pub const FAMILIES: &[&str] = &[
     "conv",
     "im2col",
     "pool",
+    "conv_bias",
+    "group_norm",
     "rms_norm",
     "rope_neox",
     "rms_norm_rope_neox",
@@ -69,6 +71,8 @@ impl Kernel {
             Kernel::Conv { .. } => "conv",
             Kernel::Im2Col { .. } => "im2col",
             Kernel::Pool { .. } => "pool",
+            Kernel::ConvBias { .. } => "conv_bias",
+            Kernel::GroupNorm { .. } => "group_norm",
             Kernel::Attention { .. } => "attention",
             Kernel::AttentionSeqMajor { .. } => "attention_seq_major",
             Kernel::AddRmsNorm { .. } => "add_rms_norm",
@@ -255,6 +259,8 @@ pub fn select(op: &Op, ins: &[Operand], out: &[usize], quantize_activations: boo
         Op::Conv { window, groups } => (Kernel::Conv { window: window.clone(), groups: *groups }, all()),
         Op::Im2Col { window, groups } => (Kernel::Im2Col { window: window.clone(), groups: *groups }, all()),
         Op::Pool { kind, window } => (Kernel::Pool { kind: *kind, window: window.clone() }, all()),
+        Op::ConvBias { window, groups, act } => (Kernel::ConvBias { window: window.clone(), groups: *groups, act: *act }, all()),
+        Op::GroupNorm { groups, eps_bits, act } => (Kernel::GroupNorm { groups: *groups, eps_bits: *eps_bits, act: *act }, all()),
         Op::RmsNorm { eps_bits } => (Kernel::RmsNorm { eps_bits: *eps_bits }, all()),
         // The kernels read cos/sin as one row per position; the op broadcasts them to
         // `[seq, heads, d/2]`: the same only when they are `[seq, 1, d/2]`.
@@ -352,6 +358,10 @@ pub fn work(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Work {
         // out [N, M, *O], w [M, C/g, *K]: one multiply-add per weight element per output
         // position.
         Kernel::Conv { .. } => 2.0 * n * ins.get(1).map_or(1, |w| w.shape[1..].iter().product::<usize>()) as f64,
+        // The convolution, then a bias add and the activation (≈ 10 flops for SiLU).
+        Kernel::ConvBias { act, .. } => 2.0 * n * ins.get(1).map_or(1, |w| w.shape[1..].iter().product::<usize>()) as f64 + n * if *act == tg_ir::Act::Silu { 11.0 } else { 2.0 },
+        // Two passes for the statistics, one affine pass (and the activation).
+        Kernel::GroupNorm { act, .. } => n * if *act == tg_ir::Act::Silu { 16.0 } else { 6.0 },
         Kernel::Im2Col { .. } => 0.0,
         Kernel::Pool { window, .. } => n * window.taps() as f64,
         Kernel::RmsNorm { .. } => 4.0 * n,

@@ -34,7 +34,7 @@
 use crate::harness::{Case, Check, View, B};
 use rand::Rng;
 use tg_ir::shape::numel;
-use tg_ir::{BinaryOp, CmpOp, DType, HostData, Op, PoolKind, ReduceOp, UnaryOp, Window};
+use tg_ir::{Act, BinaryOp, CmpOp, DType, HostData, Op, PoolKind, ReduceOp, UnaryOp, Window};
 use tg_quant::GgmlType;
 use tg_runtime::{Kernel, Layout};
 
@@ -98,13 +98,14 @@ fn sources(v: &mut Vec<Case>) {
 
 fn unary(v: &mut Vec<Case>) {
     use UnaryOp::*;
-    for op in [Neg, Exp, Log, Tanh, Sqrt, Rsqrt, Recip, Sin, Cos, Abs] {
+    for op in [Neg, Exp, Log, Tanh, Sqrt, Rsqrt, Recip, Sin, Cos, Abs, Sigmoid, Silu, Erf] {
         let mut b = B::new(format!("{op:?} f32[7,13]").to_lowercase());
         let data = match op {
             Log | Sqrt | Rsqrt => b.uniform(91, 0.05, 4.0),
             Recip => b.signed(91, 0.25, 4.0),
             Exp => b.uniform(91, -5.0, 5.0),
             Sin | Cos => b.uniform(91, -10.0, 10.0),
+            Sigmoid | Silu => b.uniform(91, -20.0, 20.0),
             _ => b.uniform(91, -4.0, 4.0),
         };
         let x = b.input(&[7, 13], f(data), &[]);
@@ -664,6 +665,43 @@ fn windows(v: &mut Vec<Case>) {
         };
         let o = b.g.conv(x, w, win.clone(), groups).expect("conv");
         v.push(b.finish(Kernel::Conv { window: win, groups }, o, MATMUL));
+    }
+    // The fused epilogue: conv + per-channel bias + each activation.
+    let acts = [Act::None, Act::Relu, Act::LeakyRelu { alpha_bits: 0.2f64.to_bits() }, Act::Silu];
+    let fused: Vec<(&str, Vec<usize>, usize, usize, Window)> = vec![
+        ("1d x[2,4,33] k5 s2 d2 pad 3+1 groups 2", vec![2, 4, 33], 6, 2, window(&[5], &[2], &[2], &[3], &[1])),
+        ("2d x[2,3,9,17] k3 pad 1", vec![2, 3, 9, 17], 5, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
+        ("2d x[1,8,33,33] k3 pad 1 (large)", vec![1, 8, 33, 33], 16, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
+    ];
+    for (i, (what, xs, m, groups, win)) in fused.into_iter().enumerate() {
+        for act in if i == 1 { acts.to_vec() } else { vec![acts[i % 4]] } {
+            let mut b = B::new(format!("conv_bias {what} m{m} {act:?}"));
+            let x = b.f32_in(&xs, &[], -1.0, 1.0);
+            let mut ws = vec![m, xs[1] / groups];
+            ws.extend(&win.size);
+            let w = b.f32_in(&ws, &[], -1.0, 1.0);
+            let mut bs = vec![m];
+            bs.extend(std::iter::repeat_n(1, xs.len() - 2));
+            let bias = b.f32_in(&bs, &[], -1.0, 1.0);
+            let op = Op::ConvBias { window: win.clone(), groups, act };
+            let o = b.g.push(op, &[x, w, bias], None).expect("conv_bias");
+            v.push(b.finish(Kernel::ConvBias { window: win.clone(), groups, act }, o, MATMUL));
+        }
+    }
+    // Group normalisation: instance norm (groups = C), grouped, one group; each activation.
+    let norms: Vec<(&str, Vec<usize>, usize)> =
+        vec![("x[2,6,5,7] groups 3", vec![2, 6, 5, 7], 3), ("x[1,4,33] instance norm", vec![1, 4, 33], 4), ("x[2,8,16,16] one group", vec![2, 8, 16, 16], 1)];
+    for (i, (what, xs, groups)) in norms.into_iter().enumerate() {
+        for act in if i == 0 { acts.to_vec() } else { vec![acts[(i + 2) % 4]] } {
+            let mut b = B::new(format!("group_norm {what} {act:?}"));
+            let x = b.f32_in(&xs, &[], -2.0, 3.0);
+            let mut cs = vec![xs[1]];
+            cs.extend(std::iter::repeat_n(1, xs.len() - 2));
+            let (gm, bt) = (b.f32_in(&cs, &[], -2.0, 2.0), b.f32_in(&cs, &[], -1.0, 1.0));
+            let op = Op::GroupNorm { groups, eps_bits: 1e-5f64.to_bits(), act };
+            let o = b.g.push(op, &[x, gm, bt], None).expect("group_norm");
+            v.push(b.finish(Kernel::GroupNorm { groups, eps_bits: 1e-5f64.to_bits(), act }, o, REDUCE));
+        }
     }
     // (name, x shape, groups, window)
     let unfolds: Vec<(&str, Vec<usize>, usize, Window)> = vec![

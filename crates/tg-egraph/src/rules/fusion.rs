@@ -50,6 +50,13 @@ pub(super) fn rules() -> Vec<Rule> {
             add_op(eg, Op::Attention { scale_bits: s.to_bits() }, &[q, k, v, m])
         }),
         rule(
+            "fuse-attention-vt",
+            "fusion.attention",
+            "matmul(softmax(s·(q·kᵀ)), vtᵀ) = reshape(attention_s(q, k, permute(vt), 0)) for rank-3 q [b, t, d], k [b, sk, d], vt [b, d, sk] (Einsum attention: no mask, v stored transposed)",
+            fuse_attention_vt,
+            apply_attention_vt,
+        ),
+        rule(
             "attention-seq-major",
             "fusion.attention",
             "permute(attention_s(permute(q, [1,2,0,3]), k, v, m), [2,0,1,3]) = attention_seq_major_s(q, k, v, m)",
@@ -375,6 +382,82 @@ fn fuse_attention(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
         }
     }
     out
+}
+
+/// `(x, f)` with class `c` equal to `x·f` for a product `f` of up to two scalar constants:
+/// the deepest such `x` (or `(c, 1)`).
+fn strip_scalars(eg: &TEGraph, c: Id) -> (Id, f64) {
+    let (mut x, mut f) = (c, 1.0);
+    for _ in 0..2 {
+        let next =
+            binary(eg, x, BinaryOp::Mul).into_iter().find_map(|(y, k)| scalar_f32(eg, k).filter(|_| shape(eg, y) == shape(eg, x) && scalar_f32(eg, y).is_none()).map(|v| (y, v)));
+        match next {
+            Some((y, v)) => {
+                x = y;
+                f *= v;
+            }
+            None => break,
+        }
+    }
+    (x, f)
+}
+
+/// `(q, k, vt, scale)` with class `c` holding `matmul(softmax(s·(q·kᵀ)), vtᵀ)` on rank-3
+/// operands of one batch: the attention `Einsum`s (`bct,bcs->bts` then `bts,bcs->bct`)
+/// import as exactly this, with the scale on q and k.
+fn fuse_attention_vt(eg: &TEGraph, c: Id) -> Vec<AttnMatch> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, c, |o| *o == Op::MatMul { transpose_rhs: true }) {
+        let (p, vt) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        for sc in softmax_of(eg, p) {
+            let (t, s1) = strip_scalars(eg, sc);
+            for mm in nodes_where(eg, t, |o| *o == Op::MatMul { transpose_rhs: true }) {
+                let ((q, s2), (k, s3)) = (strip_scalars(eg, eg.find(mm.children[0])), strip_scalars(eg, eg.find(mm.children[1])));
+                let (qs, ks, vs) = (shape(eg, q), shape(eg, k), shape(eg, vt));
+                let (b, tq, d, sk) = match (qs, ks) {
+                    ([b, tq, d], [bk, sk, dk]) if b == bk && d == dk => (*b, *tq, *d, *sk),
+                    _ => continue,
+                };
+                let scale = s1 * s2 * s3;
+                let m = (q, k, vt, c, scale);
+                if vs != [b, d, sk]
+                    || shape(eg, c) != [b, tq, d]
+                    || !f32_all(eg, &[q, k, vt])
+                    || !scale.is_finite()
+                    || out.iter().any(|o: &AttnMatch| o.0 == q && o.1 == k && o.2 == vt && o.4 == scale)
+                {
+                    continue;
+                }
+                let op = Op::Attention { scale_bits: scale.to_bits() };
+                let (q4, kv4, m2) = ([b, 1, tq, d], [b, 1, sk, d], [tq, sk]);
+                let typed = [(&q4[..], DType::F32), (&kv4[..], DType::F32), (&kv4[..], DType::F32), (&m2[..], DType::F32)];
+                let operands: Vec<tg_runtime::Operand> = typed.iter().map(|&(s, d)| tg_runtime::Operand { shape: s, dtype: d, weight: false }).collect();
+                if eg.analysis.targets.accept(&op, &operands, (&q4, DType::F32)) {
+                    out.push(m);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn apply_attention_vt(eg: &mut TEGraph, _: Id, &(q, k, vt, c, scale): &AttnMatch) -> Option<Id> {
+    let (b, tq, d) = match shape(eg, q) {
+        [b, t, d] => (*b, *t, *d),
+        _ => return None,
+    };
+    let sk = shape(eg, k)[1];
+    let f = DType::F32;
+    let q4 = add(eg, ENode::typed(Op::Reshape, vec![b, 1, tq, d], f, &[q]))?;
+    let k4 = add(eg, ENode::typed(Op::Reshape, vec![b, 1, sk, d], f, &[k]))?;
+    let v = add_op(eg, Op::Permute { perm: vec![0, 2, 1] }, &[vt])?;
+    let v4 = add(eg, ENode::typed(Op::Reshape, vec![b, 1, sk, d], f, &[v]))?;
+    // No mask: zeros, one [t, sk] matrix (what the kernels read).
+    let z = super::add_scalar(eg, 0.0)?;
+    let zero = add(eg, ENode::typed(Op::Expand, vec![tq, sk], f, &[z]))?;
+    let a = add_op(eg, Op::Attention { scale_bits: scale.to_bits() }, &[q4, k4, v4, zero])?;
+    let _ = c;
+    add(eg, ENode::typed(Op::Reshape, vec![b, tq, d], f, &[a]))
 }
 
 /// Class `c` holding `permute(attention(permute(q, [1, 2, 0, 3]), ..), [2, 0, 1, 3])`: the

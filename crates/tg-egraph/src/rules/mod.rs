@@ -8,6 +8,7 @@
 //! tried in both orders inside the searcher; there are no associativity or commutativity
 //! rules, so nothing explodes.
 
+mod cnn;
 mod fusion;
 mod layout;
 mod simplify;
@@ -32,7 +33,7 @@ pub struct RuleInfo {
 
 /// Rule families. Disabling a family disables every family below it (`fusion` disables
 /// `fusion.rope`).
-pub const FAMILIES: [&str; 11] = [
+pub const FAMILIES: [&str; 14] = [
     "layout",
     "simplify",
     "fusion",
@@ -44,6 +45,9 @@ pub const FAMILIES: [&str; 11] = [
     "fusion.gelu",
     "fusion.softmax",
     "fusion.attention",
+    "fusion.activation",
+    "fusion.conv",
+    "fusion.group-norm",
 ];
 
 /// A rule: its description and the egg rewrite that applies it.
@@ -59,6 +63,7 @@ pub fn all_rules() -> Vec<Rule> {
     let mut v = layout::rules();
     v.extend(simplify::rules());
     v.extend(fusion::rules());
+    v.extend(cnn::rules());
     v
 }
 

@@ -273,3 +273,15 @@ pub fn random_graph(rng: &mut ChaCha8Rng) -> Graph {
     b.finish().unwrap()
 }
 
+/// `(x − mean(x))·rsqrt(mean((x − mean(x))²) + ε)` over the last axis (the ONNX importer's
+/// instance normalisation).
+pub fn normalise_last(b: &mut GraphBuilder, x: Tensor, eps: f64) -> Result<Tensor, IrError> {
+    let mean = b.reduce_last(ReduceOp::Mean, x)?;
+    let d = b.sub(x, mean)?;
+    let sq = b.mul(d, d)?;
+    let var = b.reduce_last(ReduceOp::Mean, sq)?;
+    let e = b.scalar(eps)?;
+    let ve = b.add(var, e)?;
+    let inv = b.unary(UnaryOp::Rsqrt, ve)?;
+    b.mul(d, inv)
+}

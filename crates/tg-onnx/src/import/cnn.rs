@@ -162,6 +162,13 @@ impl Imp<'_> {
                 let mut y = ir(&self.node, &self.op, self.b.reshape(normed, &xs))?;
                 let (scale, bias) = (self.arg(ins, 1)?.to_string(), self.arg(ins, 2)?.to_string());
                 for (k, name) in [scale, bias].iter().enumerate() {
+                    // A scale of ones or a shift of zeros known at import is the identity
+                    // (exporters write GroupNorm as an instance norm with those, followed by
+                    // the real scale and shift: the group-norm fusion then sees that pattern).
+                    let identity = if k == 0 { 1.0 } else { 0.0 };
+                    if self.constant(name)?.as_ref().and_then(floats).is_some_and(|v| v.iter().all(|&x| x == identity)) {
+                        continue;
+                    }
                     let len: usize = self.shape_of(name)?.iter().product();
                     let t = if len == c {
                         self.channel_tensor(y, name)?

@@ -31,6 +31,9 @@ inline float unary_f(int op, float x) {
         case 6: return 1.0f / x;
         case 7: return sin(x);
         case 8: return cos(x);
+        case 10: { float e = exp(-fabs(x)); float r = 1.0f / (1.0f + e); return x < 0.0f ? e * r : r; }
+        case 11: { float e = exp(-fabs(x)); float r = 1.0f / (1.0f + e); return x * (x < 0.0f ? e * r : r); }
+        case 12: return erf(x);
         default: return fabs(x);
     }
 }

@@ -5,8 +5,21 @@
 
 // Direct grouped convolution: o [n, m, oh, ow] = Σ_{ci < c/g, jy, jx} w[oc, ci, jy, jx] ·
 // x[b, group·(c/g) + ci, oy·sh − ph + jy·dh, ox·sw − pw + jx·dw].
+// The activations of the fused epilogues (tg_runtime's Act): 0 none, 1 relu, 2 leaky
+// relu (alpha), 3 silu (sigmoid from e^-|y|, as the CPU computes it).
+inline float act_f(int act, float alpha, float y) {
+    switch (act) {
+        case 1: return y < 0.0f ? 0.0f : y;
+        case 2: return y < 0.0f ? alpha * y : y;
+        case 3: { float e = exp(-fabs(y)); float r = 1.0f / (1.0f + e); return y * (y < 0.0f ? e * r : r); }
+        default: return y;
+    }
+}
+
+// Direct convolution; with has_bias, the fused epilogue act(conv + bias[oc]).
 __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
                       __global const uchar* w, long wbase, long woff,
+                      __global const uchar* bias, long bbase, long boff, int has_bias, int act, float alpha,
                       __global uchar* o, long obase, long ooff,
                       long n, long c, long ih, long iw, long m, long groups, long oh, long ow,
                       long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw) {
@@ -30,7 +43,35 @@ __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
             }
         }
     }
+    if (has_bias) acc = act_f(act, alpha, acc + ((__global const float*)(bias + bbase))[boff + oc]);
     ((__global float*)(o + obase))[ooff + id] = acc;
+}
+
+// Group normalisation, one work item per (sample, group): x, o [n, c, plane]; gamma, beta [c].
+// Two passes for the statistics (mean, then mean squared deviation), then the affine map
+// and the activation.
+__kernel void tg_group_norm(__global const uchar* x, long xbase, long xoff,
+                            __global const uchar* gm, long gbase, long goff,
+                            __global const uchar* bt, long bbase, long boff,
+                            __global uchar* o, long obase, long ooff,
+                            long n, long c, long plane, long groups, float eps, int act, float alpha) {
+    long id = get_global_id(0);
+    if (id >= n * groups) return;
+    long cg = c / groups, len = cg * plane, g0 = (id % groups) * cg;
+    __global const float* xp = (__global const float*)(x + xbase) + xoff + id * len;
+    __global float* op = (__global float*)(o + obase) + ooff + id * len;
+    __global const float* gp = (__global const float*)(gm + gbase) + goff;
+    __global const float* bp = (__global const float*)(bt + bbase) + boff;
+    float s = 0.0f;
+    for (long i = 0; i < len; ++i) s += xp[i];
+    float mean = s / (float)len;
+    float v = 0.0f;
+    for (long i = 0; i < len; ++i) { float d = xp[i] - mean; v = fma(d, d, v); }
+    float inv = rsqrt(v / (float)len + eps);
+    for (long ch = 0; ch < cg; ++ch) {
+        float scale = inv * gp[g0 + ch], shift = bp[g0 + ch];
+        for (long i = ch * plane; i < (ch + 1) * plane; ++i) op[i] = act_f(act, alpha, fma(xp[i] - mean, scale, shift));
+    }
 }
 
 // im2col: o [n, c·kh·kw, oh·ow], row (ch·kh + jy)·kw + jx, column oy·ow + ox.

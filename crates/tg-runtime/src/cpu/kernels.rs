@@ -155,6 +155,9 @@ fn unary_f(op: UnaryOp) -> fn(f32) -> f32 {
         UnaryOp::Sin => f32::sin,
         UnaryOp::Cos => f32::cos,
         UnaryOp::Abs => f32::abs,
+        UnaryOp::Sigmoid => |x| tg_kernels::UnaryOp::Sigmoid.apply(x),
+        UnaryOp::Silu => |x| tg_kernels::UnaryOp::Silu.apply(x),
+        UnaryOp::Erf => |x| tg_kernels::UnaryOp::Erf.apply(x),
     }
 }
 
@@ -488,6 +491,20 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
             let conv = if g.im2col_len().map_err(|e| e.to_string())? <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
             conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
         }
+        Kernel::ConvBias { window, groups, act } => {
+            let g = crate::window_2d(window, &ins[0].1.shape)?;
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            let conv = if g.im2col_len().map_err(|e| e.to_string())? <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
+            conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
+            let p = out.shape[2..].iter().product::<usize>();
+            tg_kernels::bias_act_rows(o, f32_in(ins, 2)?, p, kernel_act(*act)).map_err(|e| e.to_string())?;
+        }
+        Kernel::GroupNorm { groups, eps_bits, act } => {
+            let s = &ins[0].1.shape;
+            let shape = tg_kernels::GroupNormShape { n: s[0], c: s[1], plane: s[2..].iter().product(), groups: *groups };
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::group_norm(f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, shape, f64::from_bits(*eps_bits) as f32, kernel_act(*act), o).map_err(|e| e.to_string())?;
+        }
         Kernel::Im2Col { window, .. } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             tg_kernels::im2col_f32(&g, f32_in(ins, 0)?, &mut cast_slice_mut::<f32>(out_b)?[..n_out]).map_err(|e| e.to_string())?;
@@ -575,6 +592,18 @@ fn kernel_unary(op: UnaryOp) -> tg_kernels::UnaryOp {
         UnaryOp::Sin => tg_kernels::UnaryOp::Sin,
         UnaryOp::Cos => tg_kernels::UnaryOp::Cos,
         UnaryOp::Abs => tg_kernels::UnaryOp::Abs,
+        UnaryOp::Sigmoid => tg_kernels::UnaryOp::Sigmoid,
+        UnaryOp::Silu => tg_kernels::UnaryOp::Silu,
+        UnaryOp::Erf => tg_kernels::UnaryOp::Erf,
+    }
+}
+
+fn kernel_act(a: tg_ir::Act) -> tg_kernels::Act {
+    match a {
+        tg_ir::Act::None => tg_kernels::Act::None,
+        tg_ir::Act::Relu => tg_kernels::Act::Relu,
+        tg_ir::Act::LeakyRelu { alpha_bits } => tg_kernels::Act::LeakyRelu(f64::from_bits(alpha_bits) as f32),
+        tg_ir::Act::Silu => tg_kernels::Act::Silu,
     }
 }
 

@@ -1,0 +1,254 @@
+//! Fusion of what exported CNNs repeat: the sigmoid and SiLU activations, a convolution's
+//! bias and activation, and group normalisation (as exporters write it: reshape → instance
+//! normalisation → reshape → scale and shift) with the activation after it. Each rule
+//! matches the composition its target is defined as (`tg_ir::Op::ConvBias`,
+//! `tg_ir::Op::GroupNorm`, `tg_ir::UnaryOp::{Sigmoid, Silu}`), and the fused ops are only
+//! added where a device's registry accepts them ([`kernel_accepts`]).
+
+use super::{add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
+use crate::TEGraph;
+use egg::Id;
+use tg_ir::{Act, BinaryOp, CmpOp, DType, Op, ReduceOp, UnaryOp};
+
+use super::fusion::kernel_accepts;
+
+pub(super) fn rules() -> Vec<Rule> {
+    vec![
+        rule("fuse-sigmoid", "fusion.activation", "1 / (1 + exp(−x)) = sigmoid(x)", fuse_sigmoid, |eg, _, &x| add_op(eg, Op::Unary(UnaryOp::Sigmoid), &[x])),
+        rule("fuse-silu", "fusion.activation", "x · sigmoid(x) = silu(x)", fuse_silu, |eg, _, &x| add_op(eg, Op::Unary(UnaryOp::Silu), &[x])),
+        rule("fuse-conv-bias", "fusion.conv", "conv(x, w) + b = conv_bias(x, w, b) for b one value per output channel ([M, 1, ..])", fuse_conv_bias, |eg, _, m: &ConvMatch| {
+            add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: Act::None }, &[m.x, m.w, m.b])
+        }),
+        rule(
+            "fuse-conv-act",
+            "fusion.conv",
+            "act(conv_bias(x, w, b)) = conv_bias_act(x, w, b) for act = relu (max(y, 0)), leaky relu (where(y < 0, α·y, y)) or silu",
+            fuse_conv_act,
+            |eg, _, m: &ConvMatch| add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: m.act }, &[m.x, m.w, m.b]),
+        ),
+        rule(
+            "fuse-group-norm",
+            "fusion.group-norm",
+            "reshape(normalise_ε(reshape(x, [N, G, C/G·S])), shape(x)) · γ + β = group_norm_ε(x, γ, β) with normalise_ε(y) = (y − mean(y))·rsqrt(mean((y − mean(y))²) + ε)",
+            fuse_group_norm,
+            |eg, _, m: &NormMatch| add_op(eg, Op::GroupNorm { groups: m.groups, eps_bits: m.eps.to_bits(), act: Act::None }, &[m.x, m.gamma, m.beta]),
+        ),
+        rule(
+            "fuse-group-norm-act",
+            "fusion.group-norm",
+            "act(group_norm_ε(x, γ, β)) = group_norm_act_ε(x, γ, β) for act = relu, leaky relu or silu",
+            fuse_group_norm_act,
+            |eg, _, m: &NormMatch| add_op(eg, Op::GroupNorm { groups: m.groups, eps_bits: m.eps.to_bits(), act: m.act }, &[m.x, m.gamma, m.beta]),
+        ),
+    ]
+}
+
+fn f32_class(eg: &TEGraph, c: Id) -> bool {
+    data(eg, c).dtype == DType::F32
+}
+
+// ---- Activations
+
+/// `x` with class `c` holding `1 / (1 + exp(−x))` (as `recip` or as `1 / ..`).
+fn fuse_sigmoid(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let mut dens: Vec<Id> = unary(eg, c, UnaryOp::Recip).to_vec();
+    for (one, d) in binary(eg, c, BinaryOp::Div) {
+        if scalar_f32(eg, one).is_some_and(|v| approx(v, 1.0)) {
+            dens.push(d);
+        }
+    }
+    let mut out = Vec::new();
+    for d in dens {
+        for (e, one) in binary(eg, d, BinaryOp::Add) {
+            if !scalar_f32(eg, one).is_some_and(|v| approx(v, 1.0)) {
+                continue;
+            }
+            for nx in unary(eg, e, UnaryOp::Exp) {
+                for x in unary(eg, nx, UnaryOp::Neg) {
+                    if shape(eg, x) == shape(eg, c) && f32_class(eg, x) && !out.contains(&x) {
+                        out.push(x);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn fuse_silu(eg: &TEGraph, c: Id) -> Vec<Id> {
+    let mut out = Vec::new();
+    for (x, s) in binary(eg, c, BinaryOp::Mul) {
+        if unary(eg, s, UnaryOp::Sigmoid).iter().any(|&y| same(eg, x, y)) && shape(eg, x) == shape(eg, c) && !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// `(y, act)` with class `c` holding an activation of `y`: `silu(y)`, `max(y, 0)` (ReLU) or
+/// `where(y < 0, y·α, y)` (leaky ReLU, as the ONNX importer writes it).
+fn activations(eg: &TEGraph, c: Id) -> Vec<(Id, Act)> {
+    let mut v: Vec<(Id, Act)> = unary(eg, c, UnaryOp::Silu).iter().map(|&y| (y, Act::Silu)).collect();
+    for (y, z) in binary(eg, c, BinaryOp::Max) {
+        if scalar_f32(eg, z) == Some(0.0) && shape(eg, y) == shape(eg, c) {
+            v.push((y, Act::Relu));
+        }
+    }
+    for n in nodes_where(eg, c, |o| *o == Op::Where) {
+        let (cond, neg, pos) = (eg.find(n.children[0]), eg.find(n.children[1]), eg.find(n.children[2]));
+        for m in nodes_where(eg, cond, |o| *o == Op::Compare(CmpOp::Lt)) {
+            let (y, z) = (eg.find(m.children[0]), eg.find(m.children[1]));
+            if !same(eg, y, pos) || scalar_f32(eg, z) != Some(0.0) || shape(eg, y) != shape(eg, c) {
+                continue;
+            }
+            for (y2, a) in binary(eg, neg, BinaryOp::Mul) {
+                if let (true, Some(alpha)) = (same(eg, y2, y), scalar_f32(eg, a)) {
+                    let act = Act::LeakyRelu { alpha_bits: alpha.to_bits() };
+                    if !v.contains(&(y, act)) {
+                        v.push((y, act));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+// ---- Convolution epilogue
+
+/// A convolution with its bias and activation.
+pub(super) struct ConvMatch {
+    x: Id,
+    w: Id,
+    b: Id,
+    window: tg_ir::Window,
+    groups: usize,
+    act: Act,
+}
+
+/// True when `b` is one value per channel of `y` (`[C, 1, ..]`, rank one less).
+fn per_channel(eg: &TEGraph, b: Id, y: Id) -> bool {
+    let (bs, ys) = (shape(eg, b), shape(eg, y));
+    ys.len() >= 2 && bs.len() + 1 == ys.len() && bs[0] == ys[1] && bs[1..].iter().all(|&d| d == 1) && f32_class(eg, b)
+}
+
+fn fuse_conv_bias(eg: &TEGraph, c: Id) -> Vec<ConvMatch> {
+    let mut out = Vec::new();
+    for (y, b) in binary(eg, c, BinaryOp::Add) {
+        if !per_channel(eg, b, y) || shape(eg, y) != shape(eg, c) {
+            continue;
+        }
+        for n in nodes_where(eg, y, |o| matches!(o, Op::Conv { .. })) {
+            let Op::Conv { window, groups } = &n.op else { continue };
+            let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
+            let op = Op::ConvBias { window: window.clone(), groups: *groups, act: Act::None };
+            if kernel_accepts(eg, &op, &[x, w, b]) {
+                out.push(ConvMatch { x, w, b, window: window.clone(), groups: *groups, act: Act::None });
+            }
+        }
+    }
+    out
+}
+
+fn fuse_conv_act(eg: &TEGraph, c: Id) -> Vec<ConvMatch> {
+    let mut out = Vec::new();
+    for (y, act) in activations(eg, c) {
+        for n in nodes_where(eg, y, |o| matches!(o, Op::ConvBias { act: Act::None, .. })) {
+            let Op::ConvBias { window, groups, .. } = &n.op else { continue };
+            let ins: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
+            let op = Op::ConvBias { window: window.clone(), groups: *groups, act };
+            if kernel_accepts(eg, &op, &ins) {
+                out.push(ConvMatch { x: ins[0], w: ins[1], b: ins[2], window: window.clone(), groups: *groups, act });
+            }
+        }
+    }
+    out
+}
+
+// ---- Group normalisation
+
+/// A group normalisation with its affine map and activation.
+pub(super) struct NormMatch {
+    x: Id,
+    gamma: Id,
+    beta: Id,
+    groups: usize,
+    eps: f64,
+    act: Act,
+}
+
+/// Reductions over the last axis of class `c` with `op`: their operands.
+fn reduce_last(eg: &TEGraph, c: Id, op: ReduceOp) -> Vec<Id> {
+    let rank = shape(eg, c).len();
+    nodes_where(eg, c, move |o| matches!(o, Op::Reduce { op: r, axis } if *r == op && axis + 1 == rank)).map(|n| eg.find(n.children[0])).collect()
+}
+
+/// `(y, ε)` with class `c` computing `(y − mean(y))·rsqrt(mean((y − mean(y))²) + ε)` over
+/// the last axis.
+fn normalise(eg: &TEGraph, c: Id) -> Vec<(Id, f64)> {
+    let mut v = Vec::new();
+    for (d, inv) in binary(eg, c, BinaryOp::Mul) {
+        for ve in unary(eg, inv, UnaryOp::Rsqrt) {
+            for (var, e) in binary(eg, ve, BinaryOp::Add) {
+                let Some(eps) = scalar_f32(eg, e).filter(|e| *e >= 0.0) else { continue };
+                for sq in reduce_last(eg, var, ReduceOp::Mean) {
+                    if !has_binary(eg, sq, BinaryOp::Mul, d, d) {
+                        continue;
+                    }
+                    for (y, mean) in binary(eg, d, BinaryOp::Sub) {
+                        if reduce_last(eg, mean, ReduceOp::Mean).iter().any(|&m| same(eg, m, y)) && shape(eg, y) == shape(eg, d) && !v.contains(&(y, eps)) {
+                            v.push((y, eps));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+fn fuse_group_norm(eg: &TEGraph, c: Id) -> Vec<NormMatch> {
+    let mut out = Vec::new();
+    for (t, beta) in binary(eg, c, BinaryOp::Add) {
+        for (r, gamma) in binary(eg, t, BinaryOp::Mul) {
+            if !per_channel(eg, gamma, c) || !per_channel(eg, beta, c) || shape(eg, t) != shape(eg, c) {
+                continue;
+            }
+            for rn in nodes_where(eg, r, |o| *o == Op::Reshape) {
+                for (y3, eps) in normalise(eg, eg.find(rn.children[0])) {
+                    let s3 = shape(eg, y3);
+                    for xn in nodes_where(eg, y3, |o| *o == Op::Reshape) {
+                        let x = eg.find(xn.children[0]);
+                        let xs = shape(eg, x);
+                        // x [N, C, *S] grouped as [N, G, C/G·S], and normalised back to x's shape.
+                        let ok = xs == shape(eg, c) && s3.len() == 3 && xs.len() >= 2 && s3[0] == xs[0] && s3[1] > 0 && xs[1].is_multiple_of(s3[1]);
+                        if !ok || !f32_class(eg, x) {
+                            continue;
+                        }
+                        let m = NormMatch { x, gamma, beta, groups: s3[1], eps, act: Act::None };
+                        let op = Op::GroupNorm { groups: m.groups, eps_bits: eps.to_bits(), act: Act::None };
+                        if kernel_accepts(eg, &op, &[x, gamma, beta]) {
+                            out.push(m);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn fuse_group_norm_act(eg: &TEGraph, c: Id) -> Vec<NormMatch> {
+    let mut out = Vec::new();
+    for (y, act) in activations(eg, c) {
+        for n in nodes_where(eg, y, |o| matches!(o, Op::GroupNorm { act: Act::None, .. })) {
+            let Op::GroupNorm { groups, eps_bits, .. } = n.op else { continue };
+            let ins: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
+            let op = Op::GroupNorm { groups, eps_bits, act };
+            if kernel_accepts(eg, &op, &ins) {
+                out.push(NormMatch { x: ins[0], gamma: ins[1], beta: ins[2], groups, eps: f64::from_bits(eps_bits), act });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,252 @@
+//! Epilogues of the CNN kernels: a per-channel bias with an activation (after a
+//! convolution), and group normalisation with its affine map and an activation.
+
+use std::ops::Range;
+
+use super::exp_lanes;
+use crate::dequant::SimdDecode;
+use crate::isa::{checked, isa, run_on, IsaTask};
+use crate::par::{for_ranges, SyncPtr};
+use crate::simd::Simd;
+use crate::{check_len, mul, Isa, KernelError};
+
+/// An activation applied to a fused kernel's result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Act {
+    /// The value itself.
+    None,
+    /// `max(x, 0)` (NaN stays NaN).
+    Relu,
+    /// `x` for `x ≥ 0`, `α·x` below.
+    LeakyRelu(f32),
+    /// `x · σ(x)`, with `σ` computed as the unary kernel's sigmoid (`e^−|x|`, no overflow).
+    Silu,
+}
+
+impl Act {
+    /// The activation on one value (the portable path's definition).
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Act::None => x,
+            Act::Relu => {
+                if x < 0.0 {
+                    0.0
+                } else {
+                    x
+                }
+            }
+            Act::LeakyRelu(a) => {
+                if x < 0.0 {
+                    a * x
+                } else {
+                    x
+                }
+            }
+            Act::Silu => crate::UnaryOp::Silu.apply(x),
+        }
+    }
+}
+
+/// `act` on all lanes.
+#[inline(always)]
+unsafe fn act_v<S: Simd>(act: Act, y: S::V) -> S::V {
+    let zero = S::splat(0.0);
+    match act {
+        Act::None => y,
+        Act::Relu => S::select_lt(y, zero, zero, y),
+        Act::LeakyRelu(a) => S::select_lt(y, zero, S::mul(y, S::splat(a)), y),
+        Act::Silu => {
+            let e = exp_lanes::<S>(S::neg(S::abs(y)));
+            let r = S::div(S::splat(1.0), S::add(S::splat(1.0), e));
+            S::mul(y, S::select_lt(y, zero, S::mul(e, r), r))
+        }
+    }
+}
+
+/// `out[i] = act((x[i] − centre) · scale + shift)` for `i < n` (in place when `x == out`).
+#[inline(always)]
+unsafe fn affine_act<S: Simd>(x: *const f32, out: *mut f32, n: usize, centre: f32, scale: f32, shift: f32, act: Act) {
+    let (l, cv, sv, tv) = (S::LANES, S::splat(centre), S::splat(scale), S::splat(shift));
+    let mut i = 0;
+    while i < n {
+        let t = (n - i).min(l);
+        let v = if t == l { S::load(x.add(i)) } else { S::load_tail(x.add(i), t) };
+        let y = act_v::<S>(act, S::fma(S::sub(v, cv), sv, tv));
+        if t == l {
+            S::store(out.add(i), y);
+        } else {
+            S::store_tail(out.add(i), t, y);
+        }
+        i += t;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bias and activation, in place.
+
+struct BiasTask {
+    out: *mut f32,
+    bias: *const f32,
+    /// Rows (channels) of the output, each of `p` elements.
+    rows: Range<usize>,
+    channels: usize,
+    p: usize,
+    act: Act,
+}
+
+impl IsaTask for BiasTask {
+    type Output = ();
+    #[inline(always)]
+    unsafe fn run<S: SimdDecode>(self) {
+        let BiasTask { out, bias, rows, channels, p, act } = self;
+        for r in rows {
+            let o = out.add(r * p);
+            affine_act::<S>(o, o, p, 0.0, 1.0, *bias.add(r % channels), act);
+        }
+    }
+}
+
+/// `out[n, m, i] = act(out[n, m, i] + bias[m])` in place, for `out` `[N, M, P]` with
+/// `M = bias.len()` (the epilogue of a convolution).
+pub fn bias_act_rows(out: &mut [f32], bias: &[f32], p: usize, act: Act) -> Result<(), KernelError> {
+    bias_act_rows_with(isa(), out, bias, p, act)
+}
+
+/// [`bias_act_rows`] on an explicit ISA.
+pub fn bias_act_rows_with(isa: Isa, out: &mut [f32], bias: &[f32], p: usize, act: Act) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    let channels = bias.len();
+    if out.is_empty() {
+        return Ok(());
+    }
+    if channels == 0 || p == 0 || !out.len().is_multiple_of(mul("bias_act: rows", channels, p)?) {
+        return Err(KernelError::Shape(format!("bias_act: {} outputs are not [N, {channels}, {p}]", out.len())));
+    }
+    let rows = out.len() / p;
+    let (o, b) = (SyncPtr(out.as_mut_ptr()), SyncPtr(bias.as_ptr() as *mut f32));
+    for_ranges(rows, (1 << 14) / p.max(1), 1, |r| run_on(isa, BiasTask { out: o.get(), bias: b.get(), rows: r, channels, p, act }));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Group normalisation.
+
+/// The shape of a group normalisation: `x [n, c, plane]` in `groups` groups of channels.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupNormShape {
+    /// Batch.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Elements per channel (the product of the spatial dims).
+    pub plane: usize,
+    /// Groups (divides `c`).
+    pub groups: usize,
+}
+
+struct GroupNormTask<'a> {
+    x: *const f32,
+    out: *mut f32,
+    gamma: &'a [f32],
+    beta: &'a [f32],
+    s: GroupNormShape,
+    eps: f32,
+    act: Act,
+    blocks: Range<usize>,
+}
+
+impl IsaTask for GroupNormTask<'_> {
+    type Output = ();
+    #[inline(always)]
+    unsafe fn run<S: SimdDecode>(self) {
+        let GroupNormTask { x, out, gamma, beta, s, eps, act, blocks } = self;
+        let cg = s.c / s.groups;
+        let len = cg * s.plane;
+        for blk in blocks {
+            let xb = x.add(blk * len);
+            // Two passes for the statistics: the mean, then the mean squared deviation (no
+            // cancellation), each in four vector accumulators.
+            let mean = (sum_lanes::<S>(xb, len, None) / len as f64) as f32;
+            let var = sum_lanes::<S>(xb, len, Some(mean)) / len as f64;
+            let inv = 1.0 / (var + eps as f64).sqrt();
+            let g0 = (blk % s.groups) * cg;
+            for ch in 0..cg {
+                let scale = (inv * gamma[g0 + ch] as f64) as f32;
+                let o = ch * s.plane;
+                affine_act::<S>(xb.add(o), out.add(blk * len + o), s.plane, mean, scale, beta[g0 + ch], act);
+            }
+        }
+    }
+}
+
+/// `Σ x[i]` (or `Σ (x[i] − m)²` with `Some(m)`) over `n` elements, in four vector
+/// accumulators, returned in f64. (Two explicit loops: a closure would not inherit the
+/// target features, see `elementwise`.)
+#[inline(always)]
+unsafe fn sum_lanes<S: Simd>(x: *const f32, n: usize, centre: Option<f32>) -> f64 {
+    let l = S::LANES;
+    let mut acc = [S::splat(0.0); 4];
+    let mut i = 0;
+    match centre {
+        None => {
+            while i + 4 * l <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a = S::add(*a, S::load(x.add(i + k * l)));
+                }
+                i += 4 * l;
+            }
+        }
+        Some(c) => {
+            let m = S::splat(c);
+            while i + 4 * l <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    let d = S::sub(S::load(x.add(i + k * l)), m);
+                    *a = S::fma(d, d, *a);
+                }
+                i += 4 * l;
+            }
+        }
+    }
+    let mut total = 0f64;
+    for a in acc {
+        total += S::reduce_add(a) as f64;
+    }
+    for j in i..n {
+        let v = *x.add(j);
+        total += match centre {
+            None => v as f64,
+            Some(c) => ((v - c) as f64).powi(2),
+        };
+    }
+    total
+}
+
+/// Group normalisation with affine map and activation: for each sample and group of
+/// `c / groups` channels, `y = act((x − μ) / √(σ² + ε) · γ[ch] + β[ch])` with `μ`, `σ²` the
+/// mean and (biased) variance over the group's channels and positions. `x` and `out` are
+/// `[n, c, plane]`; `gamma` and `beta` have `c` elements.
+pub fn group_norm(x: &[f32], gamma: &[f32], beta: &[f32], s: GroupNormShape, eps: f32, act: Act, out: &mut [f32]) -> Result<(), KernelError> {
+    group_norm_with(isa(), x, gamma, beta, s, eps, act, out)
+}
+
+/// [`group_norm`] on an explicit ISA.
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm_with(isa: Isa, x: &[f32], gamma: &[f32], beta: &[f32], s: GroupNormShape, eps: f32, act: Act, out: &mut [f32]) -> Result<(), KernelError> {
+    let isa = checked(isa)?;
+    if s.groups == 0 || !s.c.is_multiple_of(s.groups) {
+        return Err(KernelError::Shape(format!("group_norm: {} channels are not a multiple of {} groups", s.c, s.groups)));
+    }
+    let total = mul("group_norm: x", mul("group_norm: x", s.n, s.c)?, s.plane)?;
+    check_len("group_norm: x", total, x.len())?;
+    check_len("group_norm: out", total, out.len())?;
+    check_len("group_norm: gamma", s.c, gamma.len())?;
+    check_len("group_norm: beta", s.c, beta.len())?;
+    if total == 0 {
+        return Ok(());
+    }
+    let blocks = s.n * s.groups;
+    let len = total / blocks;
+    let (xp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
+    for_ranges(blocks, (1 << 14) / len.max(1), 1, |r| run_on(isa, GroupNormTask { x: xp.get(), out: op.get(), gamma, beta, s, eps, act, blocks: r }));
+    Ok(())
+}
