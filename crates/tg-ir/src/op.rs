@@ -114,7 +114,7 @@ impl Act {
         match self {
             Act::None => String::new(),
             Act::Relu => "relu".into(),
-            Act::LeakyRelu { alpha_bits } => format!("leaky{}", f64::from_bits(alpha_bits)),
+            Act::LeakyRelu { alpha_bits } => format!("leaky{}", f64::from_bits(alpha_bits) as f32),
             Act::Silu => "silu".into(),
         }
     }

@@ -272,6 +272,7 @@ unsafe fn gemm_axpy<S: Simd, const NV: usize>(
     n: usize,
     k: usize,
     rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
 ) {
     let mut i = rows.start;
     while i < rows.end {
@@ -287,27 +288,29 @@ unsafe fn gemm_axpy<S: Simd, const NV: usize>(
             n: usize,
             k: usize,
             i: usize,
+            cols: std::ops::Range<usize>,
         ) {
             let l = S::LANES;
             let ap: [*const f32; M] = std::array::from_fn(|r| a.add((i + r) * a_rs));
-            let mut j = 0;
-            while j + NV * l <= n {
+            let mut j = cols.start;
+            while j + NV * l <= cols.end {
                 let cp: [*mut f32; M] = std::array::from_fn(|r| c.add((i + r) * n + j));
                 micro_axpy::<S, M, NV>(ap, a_cs, b.add(j), b_rs, k, cp, NV * l);
                 j += NV * l;
             }
-            while j < n {
-                let w = (n - j).min(l);
+            while j < cols.end {
+                let w = (cols.end - j).min(l);
                 let cp: [*mut f32; M] = std::array::from_fn(|r| c.add((i + r) * n + j));
                 micro_axpy::<S, M, 1>(ap, a_cs, b.add(j), b_rs, k, cp, w);
                 j += w;
             }
         }
+        let cols = cols.clone();
         match mr {
-            1 => tile::<S, NV, 1>(a, a_rs, a_cs, b, b_rs, c, n, k, i),
-            2 => tile::<S, NV, 2>(a, a_rs, a_cs, b, b_rs, c, n, k, i),
-            3 => tile::<S, NV, 3>(a, a_rs, a_cs, b, b_rs, c, n, k, i),
-            _ => tile::<S, NV, 4>(a, a_rs, a_cs, b, b_rs, c, n, k, i),
+            1 => tile::<S, NV, 1>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            2 => tile::<S, NV, 2>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            3 => tile::<S, NV, 3>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            _ => tile::<S, NV, 4>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
         }
         i += mr;
     }
@@ -321,6 +324,11 @@ enum Form {
     Axpy,
 }
 
+thread_local! {
+    /// The packed column panel of a wide axpy-form product, kept per thread between calls.
+    static PANEL: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Rows `rows` of batch item `(b0, b1)`.
 struct F32Task<'a> {
     form: Form,
@@ -330,22 +338,45 @@ struct F32Task<'a> {
     b1: usize,
     c: *mut f32,
     rows: std::ops::Range<usize>,
+    /// Columns computed (the axpy form only; the dot form computes all).
+    cols: std::ops::Range<usize>,
 }
 
 impl IsaTask for F32Task<'_> {
     type Output = ();
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
-        let F32Task { form, a, b, b0, b1, c, rows } = self;
+        let F32Task { form, a, b, b0, b1, c, rows, cols } = self;
         let (n, k) = (b.cols, a.cols);
         let (ap, bp) = (a.base(b0, b1), b.base(b0, b1));
         match form {
             Form::Dot if S::LANES >= 16 => gemm_dot::<S, 4>(ap, a.row_stride, bp, b.col_stride, c, n, k, rows),
             Form::Dot => gemm_dot::<S, 2>(ap, a.row_stride, bp, b.col_stride, c, n, k, rows),
-            Form::Axpy if S::LANES >= 16 => {
-                gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows)
+            // A column block of a wide product: copy it into a contiguous [k, w] panel first,
+            // so the row tiles that all read it walk consecutive cache lines and pages.
+            // (The thread-local is taken and put back outside any closure: a closure would
+            // not inherit this function's target features, see `elementwise`.)
+            Form::Axpy if cols.len() < n => {
+                let w = cols.len();
+                let mut panel = PANEL.with(|cell| cell.take());
+                panel.clear();
+                panel.reserve(k * w);
+                for kk in 0..k {
+                    let src = bp.add(kk * b.row_stride + cols.start);
+                    panel.extend_from_slice(std::slice::from_raw_parts(src, w));
+                }
+                let c0 = c.add(cols.start);
+                if S::LANES >= 16 {
+                    gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                } else {
+                    gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                }
+                PANEL.with(|cell| cell.replace(panel));
             }
-            Form::Axpy => gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows),
+            Form::Axpy if S::LANES >= 16 => {
+                gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols)
+            }
+            Form::Axpy => gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols),
         }
     }
 }
@@ -406,20 +437,30 @@ pub fn matmul_f32_with(
     let a = pa.as_ref().map(|(d, v)| MatView { data: d, ..*v }).unwrap_or(*a);
     let b = pb.as_ref().map(|(d, v)| MatView { data: d, ..*v }).unwrap_or(*b);
 
-    // Units of work: (batch item, block of 16 rows).
+    // Units of work: (batch item, block of 16 rows), or, for a wide axpy-form product (an
+    // im2col convolution: `b` is [k, n] with n the output positions), (batch item, block of
+    // columns) over all rows: each unit then streams its block of `b` from memory once and
+    // every row tile reuses it from L2, where row blocks would each stream all of `b`.
     const RB: usize = 16;
-    let row_blocks = m.div_ceil(RB);
-    let units = nb * row_blocks;
-    let unit_flops = 2 * RB.min(m) * n * k;
+    let by_cols = matches!(form, Form::Axpy) && n >= 1024 && m >= 2 * RB;
+    let (blocks, block) = if by_cols {
+        // About 256 KiB of `b` per block, whole vectors.
+        let cb = ((1usize << 16) / k).clamp(64, n) / 64 * 64;
+        (n.div_ceil(cb), cb)
+    } else {
+        (m.div_ceil(RB), RB)
+    };
+    let units = nb * blocks;
+    let unit_flops = 2 * if by_cols { m * block } else { RB.min(m) * n } * k;
     let min_units = ((1usize << 19) / unit_flops.max(1)).max(1);
     let cp = SyncPtr(c.as_mut_ptr());
     let (a, b) = (&a, &b);
     for_ranges(units, min_units, 1, |r| {
         for u in r {
-            let (item, rb) = (u / row_blocks, u % row_blocks);
-            let rows = rb * RB..((rb + 1) * RB).min(m);
+            let (item, blk) = (u / blocks, u % blocks);
+            let (rows, cols) = if by_cols { (0..m, blk * block..((blk + 1) * block).min(n)) } else { (blk * RB..((blk + 1) * RB).min(m), 0..n) };
             let c_item = cp.get().wrapping_add(item * per);
-            run_on(isa, F32Task { form, a, b, b0: item / batch[1], b1: item % batch[1], c: c_item, rows });
+            run_on(isa, F32Task { form, a, b, b0: item / batch[1], b1: item % batch[1], c: c_item, rows, cols });
         }
     });
     Ok(())

@@ -9,8 +9,7 @@ use tg_kernels::{matmul_f32_with, Isa, KernelError, MatView};
 /// f64 reference and Σ|terms| for element `[b0, b1, i, j]`.
 fn reference(batch: [usize; 2], a: &MatView<'_>, b: &MatView<'_>) -> (Vec<f64>, Vec<f64>) {
     let at = |v: &MatView<'_>, b0: usize, b1: usize, r: usize, c: usize| {
-        v.data[v.offset + b0 * v.batch_strides[0] + b1 * v.batch_strides[1] + r * v.row_stride + c * v.col_stride]
-            as f64
+        v.data[v.offset + b0 * v.batch_strides[0] + b1 * v.batch_strides[1] + r * v.row_stride + c * v.col_stride] as f64
     };
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let mut out = (Vec::new(), Vec::new());
@@ -52,15 +51,7 @@ fn run_case(isa: Isa, layout: Layout, batch: [usize; 2], m: usize, n: usize, k: 
         Layout::Strided => {
             // a: each matrix stored column-major with 3 pad elements in front.
             a_store = uniform(&mut r, 3 + nb * m * k, -1.0, 1.0);
-            a = MatView {
-                data: &a_store,
-                offset: 3,
-                rows: m,
-                cols: k,
-                row_stride: 1,
-                col_stride: m,
-                batch_strides: [batch[1] * m * k, m * k],
-            };
+            a = MatView { data: &a_store, offset: 3, rows: m, cols: k, row_stride: 1, col_stride: m, batch_strides: [batch[1] * m * k, m * k] };
         }
         _ => {
             a_store = uniform(&mut r, nb * m * k, -1.0, 1.0);
@@ -80,15 +71,7 @@ fn run_case(isa: Isa, layout: Layout, batch: [usize; 2], m: usize, n: usize, k: 
         Layout::Strided => {
             // Every other element of a [k, 2n+1] buffer, rows 2n+1 apart, own matrix per item.
             b_store = uniform(&mut r, nb * k * (2 * n + 1), -1.0, 1.0);
-            MatView {
-                data: &b_store,
-                offset: 0,
-                rows: k,
-                cols: n,
-                row_stride: 2 * n + 1,
-                col_stride: 2,
-                batch_strides: [batch[1] * k * (2 * n + 1), k * (2 * n + 1)],
-            }
+            MatView { data: &b_store, offset: 0, rows: k, cols: n, row_stride: 2 * n + 1, col_stride: 2, batch_strides: [batch[1] * k * (2 * n + 1), k * (2 * n + 1)] }
         }
     };
     let refs = reference(batch, &a, &b);
@@ -104,19 +87,16 @@ fn matmul_f32_layouts_sizes_isas() {
     let mut seed = 100;
     for isa in isas() {
         for layout in [Layout::Bt, Layout::B, Layout::Strided] {
-            for &(m, n, k) in &[
-                (1, 1, 1),
-                (1, 37, 256),
-                (2, 3, 7),
-                (3, 16, 64),
-                (5, 17, 300),
-                (17, 70, 256),
-                (33, 5, 33),
-                (8, 100, 1),
-            ] {
+            for &(m, n, k) in &[(1, 1, 1), (1, 37, 256), (2, 3, 7), (3, 16, 64), (5, 17, 300), (17, 70, 256), (33, 5, 33), (8, 100, 1)] {
                 seed += 1;
                 run_case(isa, layout, [2, 3], m, n, k, seed);
             }
+        }
+        // Wide axpy-form products (an im2col convolution's shape) are split by column blocks
+        // over all rows: a ragged last block, a row tail, a block narrower than a tile.
+        for &(m, n, k) in &[(32, 1024, 9), (35, 1100, 72), (33, 1031, 1200), (64, 2000, 300)] {
+            seed += 1;
+            run_case(isa, Layout::B, [1, 2], m, n, k, seed);
         }
     }
 }
@@ -124,15 +104,17 @@ fn matmul_f32_layouts_sizes_isas() {
 #[test]
 fn matmul_f32_one_vs_two_threads() {
     let isa = Isa::detect();
-    let (m, n, k) = (40, 300, 256);
+    for (m, n, k) in [(40, 300, 256), (40, 1500, 100)] {
+        one_vs_two_threads(isa, m, n, k);
+    }
+}
+
+fn one_vs_two_threads(isa: Isa, m: usize, n: usize, k: usize) {
     let mut r = rng("matmul_f32 threads", 5);
     let a_s = uniform(&mut r, 4 * m * k, -1.0, 1.0);
     let b_s = uniform(&mut r, n * k, -1.0, 1.0);
     let a = MatView::row_major(&a_s, [1, 4], m, k);
-    for b in [
-        MatView { batch_strides: [0, 0], ..MatView::row_major(&b_s, [1, 1], n, k) }.t(),
-        MatView { batch_strides: [0, 0], ..MatView::row_major(&b_s, [1, 1], k, n) },
-    ] {
+    for b in [MatView { batch_strides: [0, 0], ..MatView::row_major(&b_s, [1, 1], n, k) }.t(), MatView { batch_strides: [0, 0], ..MatView::row_major(&b_s, [1, 1], k, n) }] {
         let mut outs = Vec::new();
         for t in [1, 2] {
             let mut c = vec![f32::NAN; 4 * m * n];
