@@ -387,6 +387,127 @@ pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights
     })
 }
 
+/// [`conv2d_f32`] as an implicit GEMM: for each image, group and block of output positions
+/// (about 256 KiB of im2col columns), that block's unfolded windows are written into a
+/// per-thread `[(c/g)·taps, w]` panel and multiplied by the group's weights with the f32
+/// matmul's register tiles. The result of [`conv2d_gemm_f32`] (the same sums in the same
+/// order) without its `n·c·taps·oh·ow` scratch: the unfolded matrix never exists whole, and
+/// each panel is read from cache by every row tile of the weights.
+pub fn conv2d_implicit_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, None, out)
+}
+
+/// [`conv2d_implicit_f32`] with the fused epilogue `act(conv + bias[m])` applied to each
+/// block of the output right after it is computed (`bias` has `m` elements).
+pub fn conv2d_bias_act_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], bias: &[f32], act: crate::Act, out: &mut [f32]) -> Result<(), KernelError> {
+    conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, Some((bias, act)), out)
+}
+
+/// [`conv2d_implicit_f32`] (with an optional bias-and-activation epilogue, see
+/// [`conv2d_bias_act_f32`]) on an explicit ISA.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_implicit_f32_with(
+    isa: Isa,
+    g: &Window2d,
+    groups: usize,
+    m: usize,
+    x: &[f32],
+    weights: &[f32],
+    epilogue: Option<(&[f32], crate::Act)>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let isa = crate::isa::checked(isa)?;
+    if let Some((bias, _)) = epilogue {
+        check_len("conv2d: bias", m, bias.len())?;
+    }
+    let [oh, ow] = g.out_hw()?;
+    if groups == 0 || !g.c.is_multiple_of(groups) || !m.is_multiple_of(groups) {
+        return Err(KernelError::Shape(format!("conv2d: {} input and {m} output channels are not multiples of {groups} groups", g.c)));
+    }
+    let p = mul("conv2d: out", oh, ow)?;
+    let cg = g.c / groups;
+    let k = mul("conv2d: weights", cg, g.taps())?;
+    check_len("conv2d: x", mul("conv2d: x", mul("conv2d: x", g.n, g.c)?, mul("conv2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
+    check_len("conv2d: weights", mul("conv2d: weights", m, k)?, weights.len())?;
+    check_len("conv2d: out", mul("conv2d: out", mul("conv2d: out", g.n, m)?, p)?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let mg = m / groups;
+    if k == 0 {
+        out.fill(0.0);
+        if let Some((bias, act)) = epilogue {
+            return crate::bias_act_rows_with(isa, out, bias, p, act);
+        }
+        return Ok(());
+    }
+    let bp = SyncPtr(epilogue.map_or(std::ptr::null_mut(), |(b, _)| b.as_ptr() as *mut f32));
+    let act = epilogue.map(|(_, a)| a);
+    let cb = ((1usize << 16) / k).clamp(64, p.max(64)) / 64 * 64;
+    let blocks = p.div_ceil(cb);
+    let units = g.n * groups * blocks;
+    let min_units = ((1usize << 19) / (2 * mg * cb.min(p) * k).max(1)).max(1);
+    let (xp, wp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(weights.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
+    let g = *g;
+    let [ih, iw] = g.in_hw;
+    let [kh, kw] = g.size;
+    for_ranges(units, min_units, 1, |r| {
+        let mut panel = PANEL.with(|c| c.take());
+        for u in r {
+            let (item, blk) = (u / blocks, u % blocks);
+            let (b, gi) = (item / groups, item % groups);
+            let (j0, j1) = (blk * cb, ((blk + 1) * cb).min(p));
+            let w = j1 - j0;
+            panel.clear();
+            panel.resize(k * w, 0.0);
+            // SAFETY: reads stay in `x` (the window arithmetic was checked by `out_hw`);
+            // this unit alone writes rows gi·mg.. of item b's output at columns j0..j1.
+            unsafe {
+                for row in 0..k {
+                    let (ci, tap) = (row / (kh * kw), row % (kh * kw));
+                    let (jy, jx) = (tap / kw, tap % kw);
+                    let xplane = xp.get().add((b * g.c + gi * cg + ci) * ih * iw) as *const f32;
+                    let (lo, hi, ix0) = g.cols(ow, jx);
+                    let prow = &mut panel[row * w..(row + 1) * w];
+                    let mut pos = j0;
+                    while pos < j1 {
+                        let (oy, ox0) = (pos / ow, pos % ow);
+                        let ox1 = (ox0 + (j1 - pos)).min(ow);
+                        let seg = &mut prow[pos - j0..pos - j0 + (ox1 - ox0)];
+                        if let Some(iy) = g.in_row(oy, jy) {
+                            let (a, e) = (ox0.max(lo), ox1.min(hi));
+                            if a < e {
+                                let xrow = xplane.add(iy * iw + ix0 + (a - lo) * g.stride[1]);
+                                let dst = &mut seg[a - ox0..e - ox0];
+                                if g.stride[1] == 1 {
+                                    std::ptr::copy_nonoverlapping(xrow, dst.as_mut_ptr(), e - a);
+                                } else {
+                                    for (t, v) in dst.iter_mut().enumerate() {
+                                        *v = *xrow.add(t * g.stride[1]);
+                                    }
+                                }
+                            }
+                        }
+                        pos += ox1 - ox0;
+                    }
+                }
+                let a = wp.get().add(gi * mg * k) as *const f32;
+                let c = op.get().add((b * m + gi * mg) * p + j0);
+                crate::matmul_f32::gemm_panel(isa, a, k, mg, panel.as_ptr(), w, k, c, p);
+                if let Some(act) = act {
+                    crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
+                }
+            }
+        }
+        PANEL.with(|c| c.replace(panel));
+    });
+    Ok(())
+}
+
+thread_local! {
+    static PANEL: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 thread_local! {
     static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }

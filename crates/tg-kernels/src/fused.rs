@@ -38,7 +38,7 @@
 
 mod act;
 mod attention;
-mod epilogue;
+pub(crate) mod epilogue;
 mod norm;
 
 pub use act::{gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh, gelu_tanh_with, softmax_rows, softmax_rows_with};

@@ -324,6 +324,39 @@ enum Form {
     Axpy,
 }
 
+/// `c[i, 0..w] = Σ_kk a[i, kk] · panel[kk, 0..w]` for `i < rows`: `a` rows `a_rs` apart and
+/// contiguous along `k`, `panel` a contiguous `[k, w]` matrix, `c` rows `ldc` apart (the
+/// axpy form's register tiles; an implicit-GEMM convolution's inner product).
+///
+/// # Safety
+/// `a` holds `rows` rows of `k`, `panel` `k·w` elements and `c` `rows` rows of `w` at stride
+/// `ldc`; `isa` is available.
+pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usize, panel: *const f32, w: usize, k: usize, c: *mut f32, ldc: usize) {
+    struct PanelTask {
+        a: *const f32,
+        a_rs: usize,
+        rows: usize,
+        panel: *const f32,
+        w: usize,
+        k: usize,
+        c: *mut f32,
+        ldc: usize,
+    }
+    impl IsaTask for PanelTask {
+        type Output = ();
+        #[inline(always)]
+        unsafe fn run<S: SimdDecode>(self) {
+            let PanelTask { a, a_rs, rows, panel, w, k, c, ldc } = self;
+            if S::LANES >= 16 {
+                gemm_axpy::<S, 4>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+            } else {
+                gemm_axpy::<S, 2>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+            }
+        }
+    }
+    run_on(isa, PanelTask { a, a_rs, rows, panel, w, k, c, ldc })
+}
+
 thread_local! {
     /// The packed column panel of a wide axpy-form product, kept per thread between calls.
     static PANEL: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };

@@ -10,7 +10,8 @@
 //!
 //! Every case draws its inputs from a seeded RNG; the seed is printed as `base+case` (base
 //! `TG_SEED`, default below). Bounds, with u = 2^-24 the unit roundoff of f32:
-//! * conv (direct `conv2d_f32` on every ISA, and `conv2d_gemm_f32`, im2col + the f32 matmul):
+//! * conv (direct `conv2d_f32` and the implicit GEMM `conv2d_implicit_f32` on every ISA, and
+//!   `conv2d_gemm_f32`, im2col + the f32 matmul):
 //!   each output is an f32 sum of K = (c/groups)·kh·kw products, accumulated in tap order
 //!   (direct: one fused multiply-add per term) or in the matmul's order. Summing K terms in any
 //!   order, with each product rounded or not, has `|err| ≤ (K + 1)·u·Σ|w·x|` to first order;
@@ -27,7 +28,9 @@ mod common;
 
 use common::*;
 use rand_chacha::ChaCha8Rng;
-use tg_kernels::{conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, im2col_f32, pool2d_f32, pool2d_f32_with, Isa, KernelError, Pool, Window2d};
+use tg_kernels::{
+    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with, Act, Isa, KernelError, Pool, Window2d,
+};
 
 /// Unit roundoff of f32.
 const U: f64 = f32::EPSILON as f64 / 2.0;
@@ -231,6 +234,8 @@ fn conv_cases() -> Vec<(&'static str, Window2d, usize, usize)> {
         ("2d k2 [5,7] pad 3+3 (windows all padding)", win(2, 2, [5, 7], [2, 2], [1, 1], [1, 1], [3, 3], [3, 3]), 1, 2),
         ("2d k3 [33,33] pad 1 c8 m16 (threads)", win(2, 8, [33, 33], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 1, 16),
         ("2d k3 [40,65] s2 pad 1 c8 m8 groups 2 (threads)", win(2, 8, [40, 65], [3, 3], [2, 2], [1, 1], [1, 1], [0, 1]), 2, 8),
+        // Position blocks of the implicit GEMM that end mid-row (K = 288: 192 positions a block).
+        ("2d k3 [20,70] pad 1 c32 m40 (blocks)", win(1, 32, [20, 70], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 1, 40),
     ]
 }
 
@@ -288,6 +293,39 @@ fn conv2d_matches_reference() {
             pool(t).install(|| conv2d_gemm_f32(&g, groups, m, &x, &w, &mut out)).unwrap_or_else(|e| panic!("conv gemm {name}: {e}"));
             let e = check(&format!("conv {name} as im2col + matmul, {t} threads"), &out, &want, &tol);
             worst.add("im2col + matmul", e);
+        }
+        // The implicit GEMM (the CPU runtime's path): im2col panels per block of positions.
+        for isa in isas() {
+            for &t in &THREADS {
+                let mut out = vec![f32::NAN; want.len()];
+                pool(t).install(|| conv2d_implicit_f32_with(isa, &g, groups, m, &x, &w, None, &mut out)).unwrap_or_else(|e| panic!("conv implicit {name}: {e}"));
+                let e = check(&format!("conv {name} as implicit GEMM on {isa:?}, {t} threads"), &out, &want, &tol);
+                worst.add(&format!("implicit GEMM {isa:?}"), e);
+            }
+        }
+        // With the fused epilogue act(conv + bias): the add's rounding and the activation's
+        // (|act'| ≤ 1.1; SiLU within 4 ulps) on top of the sum's bound.
+        let bias = uniform(&mut r, m, -1.0, 1.0);
+        let p = oh * ow;
+        for act in [Act::LeakyRelu(0.2), Act::Silu] {
+            let f = |y: f64| match act {
+                Act::LeakyRelu(a) => {
+                    if y < 0.0 {
+                        a as f64 * y
+                    } else {
+                        y
+                    }
+                }
+                _ => y / (1.0 + (-y).exp()),
+            };
+            let want_b: Vec<f64> = want.iter().enumerate().map(|(i, &y)| f(y + bias[(i / p) % m] as f64)).collect();
+            let tol_b: Vec<f64> =
+                tol.iter().enumerate().map(|(i, &t)| 1.1 * (t + 2.0 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64)) + 8.0 * U * want_b[i].abs() + 1e-30).collect();
+            for &t in &THREADS {
+                let mut out = vec![f32::NAN; want.len()];
+                pool(t).install(|| conv2d_bias_act_f32(&g, groups, m, &x, &w, &bias, act, &mut out)).unwrap_or_else(|e| panic!("conv bias {name}: {e}"));
+                check(&format!("conv {name} + bias, {act:?}, {t} threads"), &out, &want_b, &tol_b);
+            }
         }
     }
     worst.print("conv2d");

@@ -106,6 +106,34 @@ impl IsaTask for BiasTask {
     }
 }
 
+/// `c[r, 0..w] = act(c[r, 0..w] + bias[r])` in place for `r < rows`, rows `ldc` apart (a
+/// block of a convolution's output, while it is in cache).
+///
+/// # Safety
+/// `c` holds `rows` rows of `w` at stride `ldc`, `bias` `rows` values; `isa` is available.
+pub(crate) unsafe fn bias_act_block(isa: Isa, c: *mut f32, ldc: usize, rows: usize, w: usize, bias: *const f32, act: Act) {
+    struct BlockTask {
+        c: *mut f32,
+        ldc: usize,
+        rows: usize,
+        w: usize,
+        bias: *const f32,
+        act: Act,
+    }
+    impl IsaTask for BlockTask {
+        type Output = ();
+        #[inline(always)]
+        unsafe fn run<S: SimdDecode>(self) {
+            let BlockTask { c, ldc, rows, w, bias, act } = self;
+            for r in 0..rows {
+                let o = c.add(r * ldc);
+                affine_act::<S>(o, o, w, 0.0, 1.0, *bias.add(r), act);
+            }
+        }
+    }
+    run_on(isa, BlockTask { c, ldc, rows, w, bias, act })
+}
+
 /// `out[n, m, i] = act(out[n, m, i] + bias[m])` in place, for `out` `[N, M, P]` with
 /// `M = bias.len()` (the epilogue of a convolution).
 pub fn bias_act_rows(out: &mut [f32], bias: &[f32], p: usize, act: Act) -> Result<(), KernelError> {

@@ -487,17 +487,13 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
         Kernel::Conv { window, groups } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-            // im2col + matmul unless its scratch would pass CONV_SCRATCH_MAX; then direct.
-            let conv = if g.im2col_len().map_err(|e| e.to_string())? <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
-            conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
+            // Implicit GEMM: im2col panels per block of output positions, no whole scratch.
+            tg_kernels::conv2d_implicit_f32(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
         }
         Kernel::ConvBias { window, groups, act } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-            let conv = if g.im2col_len().map_err(|e| e.to_string())? <= CONV_SCRATCH_MAX { tg_kernels::conv2d_gemm_f32 } else { tg_kernels::conv2d_f32 };
-            conv(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, o).map_err(|e| e.to_string())?;
-            let p = out.shape[2..].iter().product::<usize>();
-            tg_kernels::bias_act_rows(o, f32_in(ins, 2)?, p, kernel_act(*act)).map_err(|e| e.to_string())?;
+            tg_kernels::conv2d_bias_act_f32(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, kernel_act(*act), o).map_err(|e| e.to_string())?;
         }
         Kernel::GroupNorm { groups, eps_bits, act } => {
             let s = &ins[0].1.shape;
@@ -572,9 +568,6 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
 }
 
 /// Operand `i` as its contiguous f32 elements.
-/// Largest im2col scratch (in floats, 256 MiB) the CPU convolution allocates.
-const CONV_SCRATCH_MAX: usize = 1 << 26;
-
 fn f32_in<'a>(ins: &[(&'a [u8], &Layout)], i: usize) -> Result<&'a [f32], String> {
     let (b, l) = ins[i];
     Ok(&cast_slice::<f32>(b)?[l.offset..][..l.numel()])
