@@ -140,13 +140,14 @@ fn attrs(op: &Op) -> (Option<&str>, SmallVec<[u64; 4]>) {
     }
 }
 
-/// An activation as two integers (its variant and its parameter).
-fn act_key(a: tg_ir::Act) -> [u64; 2] {
+/// An activation as integers: its variant, then its parameters.
+fn act_key(a: tg_ir::Act) -> SmallVec<[u64; 4]> {
     match a {
-        tg_ir::Act::None => [0, 0],
-        tg_ir::Act::Relu => [1, 0],
-        tg_ir::Act::LeakyRelu { alpha_bits } => [2, alpha_bits],
-        tg_ir::Act::Silu => [3, 0],
+        tg_ir::Act::None => SmallVec::from_slice(&[0]),
+        tg_ir::Act::Relu => SmallVec::from_slice(&[1]),
+        tg_ir::Act::LeakyRelu { alpha_bits } => SmallVec::from_slice(&[2, alpha_bits]),
+        tg_ir::Act::Silu => SmallVec::from_slice(&[3]),
+        tg_ir::Act::LeakyReluFloor { alpha_bits, floor_bits } => SmallVec::from_slice(&[4, alpha_bits, floor_bits]),
     }
 }
 

@@ -840,9 +840,10 @@ fn channel_shape(c: usize, rank: usize) -> Vec<usize> {
 }
 
 fn random_act(rng: &mut ChaCha8Rng) -> Act {
-    match rng.gen_range(0..3) {
+    match rng.gen_range(0..4) {
         0 => Act::Relu,
         1 => Act::LeakyRelu { alpha_bits: [0.2f64, 0.01][rng.gen_range(0..2)].to_bits() },
+        2 => Act::LeakyReluFloor { alpha_bits: 0.2f64.to_bits(), floor_bits: [-0.4f64, 0.5][rng.gen_range(0..2)].to_bits() },
         _ => Act::Silu,
     }
 }
@@ -860,6 +861,11 @@ fn activation(b: &mut GraphBuilder, y: Tensor, act: Act) -> Result<Tensor, IrErr
             let neg = b.compare(CmpOp::Lt, y, z)?;
             let ay = b.scale(y, f64::from_bits(alpha_bits))?;
             b.select(neg, ay, y)
+        }
+        Act::LeakyReluFloor { alpha_bits, floor_bits } => {
+            let l = activation(b, y, Act::LeakyRelu { alpha_bits })?;
+            let f = b.scalar(f64::from_bits(floor_bits))?;
+            b.binary(BinaryOp::Max, l, f)
         }
         Act::Silu => b.unary(UnaryOp::Silu, y),
     }

@@ -90,6 +90,14 @@ pub enum Act {
     },
     /// SiLU `x · σ(x)` (see [`UnaryOp::Silu`])
     Silu,
+    /// Leaky ReLU, then at least `floor`: `max(leaky_relu_α(x), floor)` (openWakeWord's
+    /// speech embedding clamps every activation so)
+    LeakyReluFloor {
+        /// `f64::to_bits` of α.
+        alpha_bits: u64,
+        /// `f64::to_bits` of the floor.
+        floor_bits: u64,
+    },
 }
 
 impl Act {
@@ -106,6 +114,7 @@ impl Act {
                 }
             }
             Act::Silu => UnaryOp::Silu.eval_f64(x),
+            Act::LeakyReluFloor { alpha_bits, floor_bits } => Act::LeakyRelu { alpha_bits }.eval_f64(x).max(f64::from_bits(floor_bits)),
         }
     }
 
@@ -116,6 +125,7 @@ impl Act {
             Act::Relu => "relu".into(),
             Act::LeakyRelu { alpha_bits } => format!("leaky{}", f64::from_bits(alpha_bits) as f32),
             Act::Silu => "silu".into(),
+            Act::LeakyReluFloor { alpha_bits, floor_bits } => format!("leaky{}_max{}", f64::from_bits(alpha_bits) as f32, f64::from_bits(floor_bits) as f32),
         }
     }
 }

@@ -31,10 +31,11 @@ fn act_f64(a: Act, y: f64) -> f64 {
             }
         }
         Act::Silu => y / (1.0 + (-y).exp()),
+        Act::LeakyReluFloor(al, f) => act_f64(Act::LeakyRelu(al), y).max(f as f64),
     }
 }
 
-const ACTS: [Act; 4] = [Act::None, Act::Relu, Act::LeakyRelu(0.2), Act::Silu];
+const ACTS: [Act; 5] = [Act::None, Act::Relu, Act::LeakyRelu(0.2), Act::Silu, Act::LeakyReluFloor(0.2, -0.4)];
 
 fn each_config(mut f: impl FnMut(Isa, usize) + Send) {
     for isa in isas() {

@@ -287,6 +287,19 @@ impl Imp<'_> {
     fn unary(&mut self, op: UnaryOp, x: Tensor) -> R<Tensor> {
         ir(&self.node, &self.op, self.b.unary(op, x))
     }
+    /// The second operand `name` of an elementwise op with first operand `a`: a one-element
+    /// constant whose rank does not exceed `a`'s is an IR scalar (broadcasting it gives the
+    /// same result), so the rules see a scalar constant (`max(x, −0.4)`, `x · 0.5`).
+    fn operand_against(&mut self, name: &str, a: Tensor) -> R<Tensor> {
+        let s = self.shape_of(name)?;
+        if s.iter().product::<usize>() == 1 && s.len() <= self.b.shape(a).len() {
+            if let Some(v) = self.const_scalar(name)? {
+                return self.scalar(v, a);
+            }
+        }
+        Ok(self.tensor(name)?.0)
+    }
+
     fn bin(&mut self, op: BinaryOp, a: Tensor, b: Tensor) -> R<Tensor> {
         ir(&self.node, &self.op, self.b.binary(op, a, b))
     }
@@ -384,7 +397,7 @@ impl Imp<'_> {
             }
             "Add" | "Sub" | "Mul" | "Div" | "And" | "Or" => {
                 let (a, ta) = self.tensor(self.arg(&ins, 0)?)?;
-                let (b, _) = self.tensor(self.arg(&ins, 1)?)?;
+                let b = self.operand_against(&self.arg(&ins, 1)?.to_string(), a)?;
                 let bop = match op.as_str() {
                     "Add" => BinaryOp::Add,
                     "Sub" => BinaryOp::Sub,
@@ -399,7 +412,7 @@ impl Imp<'_> {
             "Max" | "Min" | "Sum" | "Mean" => {
                 let (mut y, ty) = self.tensor(self.arg(&ins, 0)?)?;
                 for i in ins.iter().skip(1) {
-                    let (x, _) = self.tensor(i)?;
+                    let x = self.operand_against(i, y)?;
                     let bop = match op.as_str() {
                         "Max" => BinaryOp::Max,
                         "Min" => BinaryOp::Min,

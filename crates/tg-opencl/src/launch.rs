@@ -53,13 +53,15 @@ fn dt(d: DType) -> i32 {
     }
 }
 
-/// The `act_f` code of an activation and its parameter (`window.cl`).
-fn act_code(a: tg_ir::Act) -> (i32, f32) {
+/// The `act_f` code of an activation and its parameters (`window.cl`).
+fn act_code(a: tg_ir::Act) -> (i32, f32, f32) {
+    let f = |b: u64| f64::from_bits(b) as f32;
     match a {
-        tg_ir::Act::None => (0, 0.0),
-        tg_ir::Act::Relu => (1, 0.0),
-        tg_ir::Act::LeakyRelu { alpha_bits } => (2, f64::from_bits(alpha_bits) as f32),
-        tg_ir::Act::Silu => (3, 0.0),
+        tg_ir::Act::None => (0, 0.0, 0.0),
+        tg_ir::Act::Relu => (1, 0.0, 0.0),
+        tg_ir::Act::LeakyRelu { alpha_bits } => (2, f(alpha_bits), 0.0),
+        tg_ir::Act::Silu => (3, 0.0, 0.0),
+        tg_ir::Act::LeakyReluFloor { alpha_bits, floor_bits } => (4, f(alpha_bits), f(floor_bits)),
     }
 }
 
@@ -375,12 +377,12 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
         }
         Kernel::GroupNorm { groups, eps_bits, act } => {
             let s = &ol.shape;
-            let (code, alpha) = act_code(*act);
+            let (code, alpha, floor) = act_code(*act);
             let mut args = Vec::from(t(&ins[0]));
             args.extend(t(&ins[1]));
             args.extend(t(&ins[2]));
             args.extend(t(out));
-            args.extend([l(s[0]), l(s[1]), l(s[2..].iter().product()), l(*groups), A::F(f64::from_bits(*eps_bits) as f32), A::I(code), A::F(alpha)]);
+            args.extend([l(s[0]), l(s[1]), l(s[2..].iter().product()), l(*groups), A::F(f64::from_bits(*eps_bits) as f32), A::I(code), A::F(alpha), A::F(floor)]);
             ck.run(queue, "tg_group_norm", &args, &[s[0] * groups], None)
         }
         Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } | Kernel::ConvBias { window, .. } => {
@@ -393,14 +395,14 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
                     args.extend(t(&ins[1]));
                     match kernel {
                         Kernel::ConvBias { act, .. } => {
-                            let (code, alpha) = act_code(*act);
+                            let (code, alpha, floor) = act_code(*act);
                             args.extend(t(&ins[2]));
-                            args.extend([A::I(1), A::I(code), A::F(alpha)]);
+                            args.extend([A::I(1), A::I(code), A::F(alpha), A::F(floor)]);
                         }
                         // No bias: the input stands in for the unread bias buffer.
                         _ => {
                             args.extend(t(&ins[0]));
-                            args.extend([A::I(0), A::I(0), A::F(0.0)]);
+                            args.extend([A::I(0), A::I(0), A::F(0.0), A::F(0.0)]);
                         }
                     }
                     args.extend(t(out));

@@ -667,14 +667,14 @@ fn windows(v: &mut Vec<Case>) {
         v.push(b.finish(Kernel::Conv { window: win, groups }, o, MATMUL));
     }
     // The fused epilogue: conv + per-channel bias + each activation.
-    let acts = [Act::None, Act::Relu, Act::LeakyRelu { alpha_bits: 0.2f64.to_bits() }, Act::Silu];
+    let acts = [Act::None, Act::Relu, Act::LeakyRelu { alpha_bits: 0.2f64.to_bits() }, Act::Silu, Act::LeakyReluFloor { alpha_bits: 0.2f64.to_bits(), floor_bits: (-0.4f64).to_bits() }];
     let fused: Vec<(&str, Vec<usize>, usize, usize, Window)> = vec![
         ("1d x[2,4,33] k5 s2 d2 pad 3+1 groups 2", vec![2, 4, 33], 6, 2, window(&[5], &[2], &[2], &[3], &[1])),
         ("2d x[2,3,9,17] k3 pad 1", vec![2, 3, 9, 17], 5, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
         ("2d x[1,8,33,33] k3 pad 1 (large)", vec![1, 8, 33, 33], 16, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
     ];
     for (i, (what, xs, m, groups, win)) in fused.into_iter().enumerate() {
-        for act in if i == 1 { acts.to_vec() } else { vec![acts[i % 4]] } {
+        for act in if i == 1 { acts.to_vec() } else { vec![acts[i % 5]] } {
             let mut b = B::new(format!("conv_bias {what} m{m} {act:?}"));
             let x = b.f32_in(&xs, &[], -1.0, 1.0);
             let mut ws = vec![m, xs[1] / groups];
@@ -692,7 +692,7 @@ fn windows(v: &mut Vec<Case>) {
     let norms: Vec<(&str, Vec<usize>, usize)> =
         vec![("x[2,6,5,7] groups 3", vec![2, 6, 5, 7], 3), ("x[1,4,33] instance norm", vec![1, 4, 33], 4), ("x[2,8,16,16] one group", vec![2, 8, 16, 16], 1)];
     for (i, (what, xs, groups)) in norms.into_iter().enumerate() {
-        for act in if i == 0 { acts.to_vec() } else { vec![acts[(i + 2) % 4]] } {
+        for act in if i == 0 { acts.to_vec() } else { vec![acts[(i + 2) % 5]] } {
             let mut b = B::new(format!("group_norm {what} {act:?}"));
             let x = b.f32_in(&xs, &[], -2.0, 3.0);
             let mut cs = vec![xs[1]];

@@ -85,15 +85,34 @@ fn fuse_silu(eg: &TEGraph, c: Id) -> Vec<Id> {
     out
 }
 
-/// `(y, act)` with class `c` holding an activation of `y`: `silu(y)`, `max(y, 0)` (ReLU) or
-/// `where(y < 0, y·α, y)` (leaky ReLU, as the ONNX importer writes it).
+/// `(y, act)` with class `c` holding an activation of `y`: `silu(y)`, `max(y, 0)` (ReLU),
+/// `where(y < 0, y·α, y)` (leaky ReLU, as the ONNX importer writes it) or `max` of a leaky
+/// ReLU and a scalar (the floor).
 fn activations(eg: &TEGraph, c: Id) -> Vec<(Id, Act)> {
     let mut v: Vec<(Id, Act)> = unary(eg, c, UnaryOp::Silu).iter().map(|&y| (y, Act::Silu)).collect();
     for (y, z) in binary(eg, c, BinaryOp::Max) {
-        if scalar_f32(eg, z) == Some(0.0) && shape(eg, y) == shape(eg, c) {
-            v.push((y, Act::Relu));
+        if shape(eg, y) != shape(eg, c) {
+            continue;
+        }
+        match scalar_f32(eg, z) {
+            Some(0.0) => v.push((y, Act::Relu)),
+            Some(floor) => {
+                for (y0, a) in leaky(eg, y) {
+                    if let Act::LeakyRelu { alpha_bits } = a {
+                        v.push((y0, Act::LeakyReluFloor { alpha_bits, floor_bits: floor.to_bits() }));
+                    }
+                }
+            }
+            None => {}
         }
     }
+    v.extend(leaky(eg, c));
+    v
+}
+
+/// `(y, leaky_relu_α)` with class `c` holding `where(y < 0, y·α, y)`.
+fn leaky(eg: &TEGraph, c: Id) -> Vec<(Id, Act)> {
+    let mut v = Vec::new();
     for n in nodes_where(eg, c, |o| *o == Op::Where) {
         let (cond, neg, pos) = (eg.find(n.children[0]), eg.find(n.children[1]), eg.find(n.children[2]));
         for m in nodes_where(eg, cond, |o| *o == Op::Compare(CmpOp::Lt)) {

@@ -21,6 +21,9 @@ pub enum Act {
     LeakyRelu(f32),
     /// `x · σ(x)`, with `σ` computed as the unary kernel's sigmoid (`e^−|x|`, no overflow).
     Silu,
+    /// `max(leaky_relu_α(x), floor)`: `LeakyReluFloor(α, floor)` (NaN gives the floor, as
+    /// the `max` kernel does).
+    LeakyReluFloor(f32, f32),
 }
 
 impl Act {
@@ -43,6 +46,14 @@ impl Act {
                 }
             }
             Act::Silu => crate::UnaryOp::Silu.apply(x),
+            Act::LeakyReluFloor(a, f) => {
+                let y = Act::LeakyRelu(a).apply(x);
+                if f < y {
+                    y
+                } else {
+                    f
+                }
+            }
         }
     }
 }
@@ -55,6 +66,11 @@ unsafe fn act_v<S: Simd>(act: Act, y: S::V) -> S::V {
         Act::None => y,
         Act::Relu => S::select_lt(y, zero, zero, y),
         Act::LeakyRelu(a) => S::select_lt(y, zero, S::mul(y, S::splat(a)), y),
+        Act::LeakyReluFloor(a, f) => {
+            let l = S::select_lt(y, zero, S::mul(y, S::splat(a)), y);
+            let fv = S::splat(f);
+            S::select_lt(fv, l, l, fv)
+        }
         Act::Silu => {
             let e = exp_lanes::<S>(S::neg(S::abs(y)));
             let r = S::div(S::splat(1.0), S::add(S::splat(1.0), e));

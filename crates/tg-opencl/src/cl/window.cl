@@ -6,11 +6,13 @@
 // Direct grouped convolution: o [n, m, oh, ow] = Σ_{ci < c/g, jy, jx} w[oc, ci, jy, jx] ·
 // x[b, group·(c/g) + ci, oy·sh − ph + jy·dh, ox·sw − pw + jx·dw].
 // The activations of the fused epilogues (tg_runtime's Act): 0 none, 1 relu, 2 leaky
-// relu (alpha), 3 silu (sigmoid from e^-|y|, as the CPU computes it).
-inline float act_f(int act, float alpha, float y) {
+// relu (alpha), 3 silu (sigmoid from e^-|y|, as the CPU computes it), 4 leaky relu then at
+// least floor.
+inline float act_f(int act, float alpha, float floor_, float y) {
     switch (act) {
         case 1: return y < 0.0f ? 0.0f : y;
         case 2: return y < 0.0f ? alpha * y : y;
+        case 4: { float l = y < 0.0f ? alpha * y : y; return floor_ < l ? l : floor_; }
         case 3: { float e = exp(-fabs(y)); float r = 1.0f / (1.0f + e); return y * (y < 0.0f ? e * r : r); }
         default: return y;
     }
@@ -19,7 +21,7 @@ inline float act_f(int act, float alpha, float y) {
 // Direct convolution; with has_bias, the fused epilogue act(conv + bias[oc]).
 __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
                       __global const uchar* w, long wbase, long woff,
-                      __global const uchar* bias, long bbase, long boff, int has_bias, int act, float alpha,
+                      __global const uchar* bias, long bbase, long boff, int has_bias, int act, float alpha, float floor_,
                       __global uchar* o, long obase, long ooff,
                       long n, long c, long ih, long iw, long m, long groups, long oh, long ow,
                       long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw) {
@@ -43,7 +45,7 @@ __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
             }
         }
     }
-    if (has_bias) acc = act_f(act, alpha, acc + ((__global const float*)(bias + bbase))[boff + oc]);
+    if (has_bias) acc = act_f(act, alpha, floor_, acc + ((__global const float*)(bias + bbase))[boff + oc]);
     ((__global float*)(o + obase))[ooff + id] = acc;
 }
 
@@ -54,7 +56,7 @@ __kernel void tg_group_norm(__global const uchar* x, long xbase, long xoff,
                             __global const uchar* gm, long gbase, long goff,
                             __global const uchar* bt, long bbase, long boff,
                             __global uchar* o, long obase, long ooff,
-                            long n, long c, long plane, long groups, float eps, int act, float alpha) {
+                            long n, long c, long plane, long groups, float eps, int act, float alpha, float floor_) {
     long id = get_global_id(0);
     if (id >= n * groups) return;
     long cg = c / groups, len = cg * plane, g0 = (id % groups) * cg;
@@ -70,7 +72,7 @@ __kernel void tg_group_norm(__global const uchar* x, long xbase, long xoff,
     float inv = rsqrt(v / (float)len + eps);
     for (long ch = 0; ch < cg; ++ch) {
         float scale = inv * gp[g0 + ch], shift = bp[g0 + ch];
-        for (long i = ch * plane; i < (ch + 1) * plane; ++i) op[i] = act_f(act, alpha, fma(xp[i] - mean, scale, shift));
+        for (long i = ch * plane; i < (ch + 1) * plane; ++i) op[i] = act_f(act, alpha, floor_, fma(xp[i] - mean, scale, shift));
     }
 }
 

@@ -597,6 +597,7 @@ fn kernel_act(a: tg_ir::Act) -> tg_kernels::Act {
         tg_ir::Act::Relu => tg_kernels::Act::Relu,
         tg_ir::Act::LeakyRelu { alpha_bits } => tg_kernels::Act::LeakyRelu(f64::from_bits(alpha_bits) as f32),
         tg_ir::Act::Silu => tg_kernels::Act::Silu,
+        tg_ir::Act::LeakyReluFloor { alpha_bits, floor_bits } => tg_kernels::Act::LeakyReluFloor(f64::from_bits(alpha_bits) as f32, f64::from_bits(floor_bits) as f32),
     }
 }
 
