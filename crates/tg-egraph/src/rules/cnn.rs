@@ -10,7 +10,7 @@ use crate::TEGraph;
 use egg::Id;
 use tg_ir::{Act, BinaryOp, CmpOp, DType, Op, ReduceOp, UnaryOp};
 
-use super::fusion::kernel_accepts;
+use super::fusion::{kernel_accepts, reduce_last};
 
 pub(super) fn rules() -> Vec<Rule> {
     vec![
@@ -194,12 +194,6 @@ pub(super) struct NormMatch {
     groups: usize,
     eps: f64,
     act: Act,
-}
-
-/// Reductions over the last axis of class `c` with `op`: their operands.
-fn reduce_last(eg: &TEGraph, c: Id, op: ReduceOp) -> Vec<Id> {
-    let rank = shape(eg, c).len();
-    nodes_where(eg, c, move |o| matches!(o, Op::Reduce { op: r, axis } if *r == op && axis + 1 == rank)).map(|n| eg.find(n.children[0])).collect()
 }
 
 /// `(y, ε)` with class `c` computing `(y − mean(y))·rsqrt(mean((y − mean(y))²) + ε)` over

@@ -91,7 +91,7 @@ fn f32_all(eg: &TEGraph, ids: &[Id]) -> bool {
 }
 
 /// Reductions `op` over the last axis in class `c`: their operands.
-fn reduce_last(eg: &TEGraph, c: Id, op: ReduceOp) -> Vec<Id> {
+pub(super) fn reduce_last(eg: &TEGraph, c: Id, op: ReduceOp) -> Vec<Id> {
     let rank = shape(eg, c).len();
     nodes_where(eg, c, move |o| matches!(o, Op::Reduce { op: r, axis } if *r == op && axis + 1 == rank)).map(|n| eg.find(n.children[0])).collect()
 }
