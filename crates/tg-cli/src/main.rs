@@ -8,6 +8,8 @@
 //!   sentence-transformers script).
 //! - `tg logits` prints the final-position logits of a prompt.
 //! - `tg embed` embeds texts with a sentence-transformers model (EmbeddingGemma).
+//! - `tg run` runs any model the registry opens (ONNX, Gemma 3, EmbeddingGemma) on `.npy`
+//!   inputs; `tg info` shows its inputs, outputs and capabilities (`tg_models::open`).
 //! - `tg fetch-model` downloads the default model into the cache.
 //! - `tg pack` packs buffers into memory (MiniMalloc CSV; see docs/pack.md).
 //! - `tg extract` extracts from a serialized e-graph by DAG cost (extraction-gym JSON; see docs/extract.md).
@@ -20,7 +22,7 @@ mod model_path;
 mod pack;
 mod profile;
 mod report;
-mod run_onnx;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -100,8 +102,11 @@ enum Cmd {
         #[arg(long)]
         report: Option<std::path::PathBuf>,
     },
-    /// Run any ONNX model on .npy inputs; each output is written as NAME.npy.
-    Run(run_onnx::RunArgs),
+    /// Run any model (ONNX file, Gemma 3 GGUF, EmbeddingGemma folder) on .npy inputs; each
+    /// output is written as NAME.npy.
+    Run(run::RunArgs),
+    /// Show a model's kind, inputs, outputs and capabilities (any model `tg run` takes).
+    Info(run::InfoArgs),
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
     /// Benchmark embedding throughput (32 short texts; one 512-token text).
@@ -408,7 +413,8 @@ fn run(cli: Cli) -> Res<()> {
             }
             Ok(())
         }
-        Cmd::Run(args) => run_onnx::run(args),
+        Cmd::Run(args) => run::run(args),
+        Cmd::Info(args) => run::info(args),
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
         Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget, report } => {

@@ -18,14 +18,15 @@
 //! ids. Plans are compiled per (total tokens, batch size, output dimension) and cached.
 
 use crate::gemma3::{Ctx, Gemma3Config, LayerInputs, Role, TensorNames, WeightShapes};
+use crate::layers;
 use crate::plans::PlanCache;
-use crate::{ModelError, SafetensorsWeights};
+use crate::{check_inputs, input_error, CompileTimes, Detect, Dim, ElemType, Embed, InputProblem, Model, ModelError, ModelKind, OpenOptions, SafetensorsWeights, TensorSpec};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tg_compiler::{CompileOptions, CompileReport};
-use tg_ir::{BinaryOp, CmpOp, DType, Graph, GraphBuilder, HostTensor, ReduceOp, Tensor, UnaryOp};
+use tg_ir::{CmpOp, DType, Graph, GraphBuilder, HostTensor, ReduceOp, UnaryOp};
 use tg_runtime::{CpuDevice, Device};
 use tg_tokenizer::HfTokenizer;
 
@@ -346,10 +347,10 @@ pub fn build_embedding_graph(cfg: &EmbeddingConfig, weights: &dyn WeightShapes, 
     let pos = c.b.cast(positions, DType::F32)?;
     let pos = c.b.reshape(pos, &[tokens, 1, 1])?;
     let (cos, sin) = c.rope_tables_at(pos, e.rope_base_global)?;
-    let mask = c.segment_mask(segments, positions, tokens, None)?;
+    let mask = layers::segment_mask(&mut c.b, segments, positions, tokens, None)?;
     let global = LayerInputs { cos, sin, mask };
     let (cos, sin) = c.rope_tables_at(pos, e.rope_base_local)?;
-    let mask = c.segment_mask(segments, positions, tokens, Some(bidirectional_window(e.sliding_window)))?;
+    let mask = layers::segment_mask(&mut c.b, segments, positions, tokens, Some(bidirectional_window(e.sliding_window)))?;
     let local = LayerInputs { cos, sin, mask };
     for l in 0..e.n_layer {
         x = c.block(l, x, tokens, if e.is_global(l) { global } else { local })?;
@@ -379,11 +380,11 @@ pub fn build_embedding_graph(cfg: &EmbeddingConfig, weights: &dyn WeightShapes, 
         }
     }
     if cfg.normalize {
-        y = l2_normalize(&mut c.b, y)?;
+        y = layers::l2_normalize(&mut c.b, y)?;
     }
     if dim < cfg.output_dim() {
         y = c.b.slice(y, 1, 0, dim)?;
-        y = l2_normalize(&mut c.b, y)?;
+        y = layers::l2_normalize(&mut c.b, y)?;
     }
     c.b.output("embeddings", y)?;
     Ok(c.b.finish()?)
@@ -396,16 +397,6 @@ pub fn build_embedding_graph(cfg: &EmbeddingConfig, weights: &dyn WeightShapes, 
 /// 256 tokens on each side.
 pub fn bidirectional_window(sliding_window: usize) -> usize {
     sliding_window / 2 + 1
-}
-
-/// `x / max(‖x‖₂, 1e-12)` over the last axis (as `torch.nn.functional.normalize`).
-fn l2_normalize(b: &mut GraphBuilder, x: Tensor) -> Result<Tensor, tg_ir::IrError> {
-    let sq = b.mul(x, x)?;
-    let ss = b.reduce_last(ReduceOp::Sum, sq)?;
-    let n = b.unary(UnaryOp::Sqrt, ss)?;
-    let eps = b.scalar(1e-12)?;
-    let n = b.binary(BinaryOp::Max, n, eps)?;
-    b.div(x, n)
 }
 
 /// Embeddings of a batch of texts: `count` rows of `dim` values, row-major.
@@ -440,6 +431,24 @@ impl Embeddings {
 /// this runs alone). Attention over a packed run costs `tokens²`, so the budget keeps the
 /// masked-out work small while still batching short texts into large matrix products.
 pub const PACK_TOKENS: usize = 512;
+
+/// The runs `seqs` are packed into: consecutive ranges whose tokens add up to at most
+/// [`PACK_TOKENS`] (a longer sequence runs alone).
+fn packs(seqs: &[Vec<u32>]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < seqs.len() {
+        let mut end = start + 1;
+        let mut tokens = seqs[start].len();
+        while end < seqs.len() && tokens + seqs[end].len() <= PACK_TOKENS {
+            tokens += seqs[end].len();
+            end += 1;
+        }
+        out.push((start, end));
+        start = end;
+    }
+    out
+}
 
 /// A loaded embedding model: the mapped weights, tokenizer, a CPU device and compiled plans.
 pub struct EmbeddingGemma {
@@ -578,9 +587,8 @@ impl EmbeddingGemma {
         build_embedding_graph(&self.config, &*self.weights, &self.names, tokens, batch, dim)
     }
 
-    /// Runs pre-tokenized sequences as one packed batch; returns `batch × dim` values.
-    pub fn embed_tokens(&mut self, seqs: &[Vec<u32>], dim: usize) -> Result<Vec<f32>, ModelError> {
-        let total: usize = seqs.iter().map(Vec::len).sum();
+    /// Checks pre-tokenized sequences for one packed run and returns its plan key.
+    fn check_packed(&self, seqs: &[Vec<u32>], dim: usize) -> Result<(usize, usize, usize), ModelError> {
         if seqs.iter().any(Vec::is_empty) {
             return Err(ModelError::Request("cannot embed an empty token sequence".into()));
         }
@@ -590,6 +598,20 @@ impl EmbeddingGemma {
         if let Some(&t) = seqs.iter().flatten().find(|&&t| t as usize >= self.config.encoder.n_vocab) {
             return Err(ModelError::Request(format!("token id {t} is outside the vocabulary of {}", self.config.encoder.n_vocab)));
         }
+        Ok((seqs.iter().map(Vec::len).sum(), seqs.len(), dim))
+    }
+
+    /// The plan for one packed run, compiled (or fetched from the caches) now.
+    fn packed_plan(&mut self, key: (usize, usize, usize)) -> Result<&mut tg_runtime::Executable, ModelError> {
+        let (config, names, weights) = (&self.config, &self.names, self.weights.clone());
+        let (total, batch, dim) = key;
+        self.plans.get_or_compile(key, weights.clone(), || build_embedding_graph(config, &*weights, names, total, batch, dim))
+    }
+
+    /// Runs pre-tokenized sequences as one packed batch; returns `batch × dim` values.
+    pub fn embed_tokens(&mut self, seqs: &[Vec<u32>], dim: usize) -> Result<Vec<f32>, ModelError> {
+        let key = self.check_packed(seqs, dim)?;
+        let total = key.0;
         let mut ids = Vec::with_capacity(total);
         let mut pos = Vec::with_capacity(total);
         let mut seg = Vec::with_capacity(total);
@@ -598,9 +620,7 @@ impl EmbeddingGemma {
             pos.extend(0..s.len() as i32);
             seg.extend(std::iter::repeat_n(i as i32, s.len()));
         }
-        let (config, names, weights) = (&self.config, &self.names, self.weights.clone());
-        let batch = seqs.len();
-        let exe = self.plans.get_or_compile((total, batch, dim), weights.clone(), || build_embedding_graph(config, &*weights, names, total, batch, dim))?;
+        let exe = self.packed_plan(key)?;
         let mut inputs = HashMap::new();
         inputs.insert("tokens".to_string(), HostTensor::i32(&[total], ids)?);
         inputs.insert("positions".to_string(), HostTensor::i32(&[total], pos)?);
@@ -619,19 +639,18 @@ impl EmbeddingGemma {
     pub fn embed(&mut self, texts: &[&str], prompt_name: Option<&str>, dim: Option<usize>) -> Result<Embeddings, ModelError> {
         let dim = dim.unwrap_or(self.config.output_dim());
         let seqs: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenize(t, prompt_name)).collect::<Result<_, _>>()?;
-        let mut data = Vec::with_capacity(texts.len() * dim);
-        let mut start = 0;
-        while start < seqs.len() {
-            let mut end = start + 1;
-            let mut tokens = seqs[start].len();
-            while end < seqs.len() && tokens + seqs[end].len() <= PACK_TOKENS {
-                tokens += seqs[end].len();
-                end += 1;
-            }
-            data.extend(self.embed_tokens(&seqs[start..end], dim)?);
-            start = end;
-        }
+        let data = self.embed_packed(&seqs, dim)?;
         Ok(Embeddings { dim, data, token_counts: seqs.iter().map(Vec::len).collect() })
+    }
+
+    /// Embeds pre-tokenized sequences, packed into runs of up to [`PACK_TOKENS`] tokens;
+    /// returns `seqs.len() × dim` values.
+    pub fn embed_packed(&mut self, seqs: &[Vec<u32>], dim: usize) -> Result<Vec<f32>, ModelError> {
+        let mut data = Vec::with_capacity(seqs.len() * dim);
+        for (start, end) in packs(seqs) {
+            data.extend(self.embed_tokens(&seqs[start..end], dim)?);
+        }
+        Ok(data)
     }
 
     /// Times every step of every run from now on (see [`EmbeddingGemma::step_times`]).
@@ -661,6 +680,151 @@ impl EmbeddingGemma {
     /// The number of cached plans.
     pub fn cached_plans(&self) -> usize {
         self.plans.len()
+    }
+}
+
+/// The registry entry ([`crate::KINDS`]): a sentence-transformers folder (`modules.json`)
+/// whose encoder is Gemma 3 (`config.json`: `model_type` `gemma3_text`).
+pub const KIND: ModelKind = ModelKind {
+    name: "embedding-gemma",
+    what: "a sentence-transformers folder whose encoder is Gemma 3 (modules.json, config.json model_type gemma3_text)",
+    detect,
+    open: open_model,
+};
+
+fn detect(path: &Path) -> Detect {
+    if !path.is_dir() {
+        return Detect::No;
+    }
+    let model_type = read_json(&path.join("config.json")).ok().and_then(|v| v.get("model_type").and_then(Value::as_str).map(str::to_string));
+    match (path.join("modules.json").is_file(), model_type.as_deref()) {
+        (true, Some("gemma3_text") | None) => Detect::Yes,
+        (true, Some(other)) => Detect::Near(format!("a sentence-transformers folder whose encoder is '{other}'")),
+        (false, Some("gemma3_text")) => Detect::Near("a Gemma 3 folder without modules.json (not a sentence-transformers model)".into()),
+        (false, _) => Detect::No,
+    }
+}
+
+fn open_model(path: &Path, o: OpenOptions) -> Result<Box<dyn Model>, ModelError> {
+    let mut m = EmbeddingGemma::load_on_devices(path, o.devices)?;
+    m.set_compile_options(o.compile);
+    Ok(Box::new(m))
+}
+
+impl EmbeddingGemma {
+    /// The token sequences of [`Model::run`]'s inputs: row `b` is the ids of `input_ids[b]`
+    /// where `attention_mask[b]` is 1, in order.
+    fn rows(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<Vec<u32>>, ModelError> {
+        let free = check_inputs(&self.dir, &Model::inputs(self), inputs)?;
+        let (batch, len) = (free.get("batch").copied().unwrap_or(0), free.get("sequence").copied().unwrap_or(0));
+        let ints = |name: &str| match &inputs[name].data {
+            tg_ir::HostData::I32(v) => Some(v),
+            _ => None,
+        };
+        let (Some(ids), Some(mask)) = (ints("input_ids"), ints("attention_mask")) else {
+            return Err(input_error(&self.dir, InputProblem::DType, "input_ids and attention_mask must be integers"));
+        };
+        if batch == 0 {
+            return Err(input_error(&self.dir, InputProblem::Shape, "input 'input_ids': no rows"));
+        }
+        let n_vocab = self.config.encoder.n_vocab;
+        let mut rows = Vec::with_capacity(batch);
+        for b in 0..batch {
+            let mut row = Vec::new();
+            for j in 0..len {
+                match mask[b * len + j] {
+                    0 => continue,
+                    1 => {}
+                    m => return Err(input_error(&self.dir, InputProblem::Value, format!("input 'attention_mask': value {m} at [{b}, {j}] (1 marks a token, 0 padding)"))),
+                }
+                let t = ids[b * len + j];
+                if t < 0 || t as usize >= n_vocab {
+                    return Err(input_error(&self.dir, InputProblem::Value, format!("input 'input_ids': token id {t} at [{b}, {j}] is outside the vocabulary of {n_vocab}")));
+                }
+                row.push(t as u32);
+            }
+            if row.is_empty() {
+                return Err(input_error(&self.dir, InputProblem::Value, format!("input 'attention_mask': row {b} has no tokens")));
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
+/// EmbeddingGemma as a [`Model`]: inputs `input_ids` and `attention_mask` (int64
+/// `[batch, sequence]`, as a Hugging Face tokenizer pads them: row `b` is the tokens where
+/// the mask is 1, at positions `0, 1, …` in order), output `embeddings` (float32
+/// `[batch, output_dim]`, what [`EmbeddingGemma::embed_packed`] gives for those rows). It
+/// embeds texts ([`Model::as_embedder`]).
+impl Model for EmbeddingGemma {
+    fn kind(&self) -> &'static str {
+        KIND.name
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn inputs(&self) -> Vec<TensorSpec> {
+        let dims = || vec![Dim::free("batch", None), Dim::free("sequence", Some(self.config.max_seq_length))];
+        vec![TensorSpec::new("input_ids", ElemType::I64, dims()), TensorSpec::new("attention_mask", ElemType::I64, dims())]
+    }
+
+    fn outputs(&self) -> Vec<TensorSpec> {
+        vec![TensorSpec::new("embeddings", ElemType::F32, vec![Dim::free("batch", None), Dim::Fixed(self.config.output_dim())])]
+    }
+
+    fn devices(&self) -> Vec<Arc<dyn Device>> {
+        self.plans.devices().to_vec()
+    }
+
+    fn set_compile_options(&mut self, options: CompileOptions) {
+        EmbeddingGemma::set_compile_options(self, options)
+    }
+
+    fn compile(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<CompileTimes, ModelError> {
+        let rows = self.rows(inputs)?;
+        let dim = self.config.output_dim();
+        let before = self.plans.stats();
+        for (start, end) in packs(&rows) {
+            let key = self.check_packed(&rows[start..end], dim)?;
+            self.packed_plan(key)?;
+        }
+        Ok(self.plans.stats().since(before))
+    }
+
+    fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {
+        let rows = self.rows(inputs)?;
+        let dim = self.config.output_dim();
+        let data = self.embed_packed(&rows, dim)?;
+        Ok(vec![("embeddings".to_string(), HostTensor::f32(&[rows.len(), dim], data)?)])
+    }
+
+    fn last_report(&self) -> Option<&CompileReport> {
+        EmbeddingGemma::last_report(self)
+    }
+
+    fn config(&self) -> serde_json::Value {
+        serde_json::to_value(&self.config).unwrap_or_default()
+    }
+
+    fn as_embedder(&mut self) -> Option<&mut dyn Embed> {
+        Some(self)
+    }
+}
+
+impl Embed for EmbeddingGemma {
+    fn embed(&mut self, texts: &[&str], prompt_name: Option<&str>, dim: Option<usize>) -> Result<Embeddings, ModelError> {
+        EmbeddingGemma::embed(self, texts, prompt_name, dim)
+    }
+
+    fn output_dim(&self) -> usize {
+        self.config.output_dim()
+    }
+
+    fn prompt_names(&self) -> Vec<String> {
+        self.config.prompts.keys().cloned().collect()
     }
 }
 

@@ -10,14 +10,18 @@
 //! embedding table. RMSNorm weights are used as stored: GGUF conversion already folded
 //! Gemma's `(1 + w)` into them.
 
+use crate::layers;
 use crate::plans::PlanCache;
-use crate::{GgufWeights, ModelError};
+use crate::{
+    check_inputs, input_error, CompileTimes, Detect, Dim, ElemType, GenTimings, Generate, GgufWeights, InputProblem, Model, ModelError, ModelKind, OpenOptions, SamplingParams,
+    TensorSpec,
+};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tg_compiler::{CompileOptions, CompileReport};
 use tg_gguf::GgufFile;
-use tg_ir::{CmpOp, DType, Graph, GraphBuilder, HostTensor, IrError, ReduceOp, Tensor, UnaryOp};
+use tg_ir::{DType, Graph, GraphBuilder, HostTensor, IrError, Tensor};
 use tg_runtime::{CpuDevice, Device, Executable};
 use tg_tokenizer::Tokenizer;
 
@@ -302,11 +306,7 @@ impl Ctx<'_> {
     /// Hugging Face checkpoints).
     pub(crate) fn norm_weight(&mut self, name: &str, dim: usize) -> Result<Tensor, ModelError> {
         let w = self.weight(name, &[dim])?;
-        if self.cfg.norm_offset == 0.0 {
-            return Ok(w);
-        }
-        let one = self.b.scalar(self.cfg.norm_offset as f64)?;
-        Ok(self.b.add(w, one)?)
+        Ok(layers::norm_weight(&mut self.b, w, self.cfg.norm_offset as f64)?)
     }
 
     pub(crate) fn weight(&mut self, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
@@ -318,117 +318,25 @@ impl Ctx<'_> {
         Ok(self.b.weight(name, &shape, dtype)?)
     }
 
-    /// `x · rsqrt(mean(x²) + eps) · w` over the last axis.
+    /// [`layers::rms_norm`] with the model's epsilon.
     pub(crate) fn rms_norm(&mut self, x: Tensor, w: Tensor) -> Result<Tensor, IrError> {
-        let b = &mut self.b;
-        let sq = b.mul(x, x)?;
-        let ms = b.reduce_last(ReduceOp::Mean, sq)?;
-        let eps = b.scalar(self.cfg.rms_eps as f64)?;
-        let ms = b.add(ms, eps)?;
-        let r = b.unary(UnaryOp::Rsqrt, ms)?;
-        let y = b.mul(x, r)?;
-        b.mul(y, w)
+        layers::rms_norm(&mut self.b, x, Some(w), self.cfg.rms_eps as f64)
     }
 
-    /// `0.5 · x · (1 + tanh(sqrt(2/π) · (x + 0.044715 · x³)))`
-    fn gelu_tanh(&mut self, x: Tensor) -> Result<Tensor, IrError> {
-        let b = &mut self.b;
-        let x2 = b.mul(x, x)?;
-        let x3 = b.mul(x2, x)?;
-        let c3 = b.scale(x3, 0.044715)?;
-        let inner = b.add(x, c3)?;
-        let inner = b.scale(inner, (2.0 / std::f64::consts::PI).sqrt())?;
-        let t = b.unary(UnaryOp::Tanh, inner)?;
-        let one = b.scalar(1.0)?;
-        let t1 = b.add(t, one)?;
-        let hx = b.scale(x, 0.5)?;
-        b.mul(hx, t1)
-    }
-
-    /// cos and sin tables `[seq, 1, head_dim/2]` for RoPE with `base` at positions
-    /// `0..seq`.
+    /// RoPE tables at positions `0..seq` ([`layers::rope_tables`]).
     fn rope_tables(&mut self, seq: usize, base: f32) -> Result<(Tensor, Tensor), IrError> {
-        let pos = self.b.iota(&[seq, 1, 1], 0, DType::F32)?;
-        self.rope_tables_at(pos, base)
+        layers::rope_tables(&mut self.b, seq, self.cfg.head_dim, base as f64)
     }
 
-    /// cos and sin tables `[seq, 1, head_dim/2]` for RoPE with `base` at the f32
-    /// positions `pos: [seq, 1, 1]`.
+    /// RoPE tables at the f32 positions `pos: [seq, 1, 1]` ([`layers::rope_tables_at`]).
     pub(crate) fn rope_tables_at(&mut self, pos: Tensor, base: f32) -> Result<(Tensor, Tensor), IrError> {
-        let half = self.cfg.head_dim / 2;
-        let b = &mut self.b;
-        let i = b.iota(&[half], 0, DType::F32)?;
-        // inv_freq[i] = base^(-2i/d) = exp(i · (-2 ln(base) / d))
-        let e = b.scale(i, -2.0 * (base as f64).ln() / self.cfg.head_dim as f64)?;
-        let inv_freq = b.unary(UnaryOp::Exp, e)?;
-        let ang = b.mul(pos, inv_freq)?; // [seq, 1, half]
-        Ok((b.unary(UnaryOp::Cos, ang)?, b.unary(UnaryOp::Sin, ang)?))
-    }
-
-    /// NeoX-style rotation of `x: [seq, heads, head_dim]`: the first and second halves of
-    /// each head are the two coordinates of each rotated pair.
-    fn rope(&mut self, x: Tensor, cos: Tensor, sin: Tensor) -> Result<Tensor, IrError> {
-        let hd = self.cfg.head_dim;
-        let b = &mut self.b;
-        let x1 = b.slice(x, 2, 0, hd / 2)?;
-        let x2 = b.slice(x, 2, hd / 2, hd)?;
-        let a = b.mul(x1, cos)?;
-        let c = b.mul(x2, sin)?;
-        let o1 = b.sub(a, c)?;
-        let a = b.mul(x2, cos)?;
-        let c = b.mul(x1, sin)?;
-        let o2 = b.add(a, c)?;
-        b.concat(&[o1, o2], 2)
-    }
-
-    /// Additive mask `[seq, seq]`: 0 where key j is visible from query i (j ≤ i, and
-    /// i − j < window when `window` is set), −∞ elsewhere.
-    fn mask(&mut self, seq: usize, window: Option<usize>) -> Result<Tensor, IrError> {
-        let b = &mut self.b;
-        let i = b.iota(&[seq, seq], 0, DType::I32)?;
-        let j = b.iota(&[seq, seq], 1, DType::I32)?;
-        let mut allowed = b.compare(CmpOp::Le, j, i)?;
-        if let Some(w) = window {
-            let d = b.sub(i, j)?;
-            let wc = b.constant(w as f64, DType::I32)?;
-            let near = b.compare(CmpOp::Lt, d, wc)?;
-            allowed = b.binary(tg_ir::BinaryOp::And, allowed, near)?;
-        }
-        let zero = b.scalar(0.0)?;
-        let ninf = b.scalar(f64::NEG_INFINITY)?;
-        b.select(allowed, zero, ninf)
-    }
-
-    /// Additive mask `[seq, seq]` for bidirectional attention over packed sequences: key j
-    /// is visible from query i when both belong to the same sequence (`segments`, i32
-    /// `[seq]`) and, when `window` is set, `|pos_i − pos_j| < window` (`positions`, i32
-    /// `[seq]`). Everything else is −∞.
-    pub(crate) fn segment_mask(&mut self, segments: Tensor, positions: Tensor, seq: usize, window: Option<usize>) -> Result<Tensor, IrError> {
-        let b = &mut self.b;
-        let si = b.reshape(segments, &[seq, 1])?;
-        let sj = b.reshape(segments, &[1, seq])?;
-        let mut allowed = b.compare(CmpOp::Eq, si, sj)?;
-        if let Some(w) = window {
-            let pi = b.reshape(positions, &[seq, 1])?;
-            let pj = b.reshape(positions, &[1, seq])?;
-            let d = b.sub(pi, pj)?;
-            let hi = b.constant(w as f64, DType::I32)?;
-            let lo = b.constant(-(w as f64), DType::I32)?;
-            let below = b.compare(CmpOp::Lt, d, hi)?;
-            let above = b.compare(CmpOp::Gt, d, lo)?;
-            let near = b.binary(tg_ir::BinaryOp::And, below, above)?;
-            allowed = b.binary(tg_ir::BinaryOp::And, allowed, near)?;
-        }
-        let zero = b.scalar(0.0)?;
-        let ninf = b.scalar(f64::NEG_INFINITY)?;
-        b.select(allowed, zero, ninf)
+        layers::rope_tables_at(&mut self.b, pos, self.cfg.head_dim, base as f64)
     }
 
     /// One transformer block on the residual stream `x: [seq, n_embd]`.
     pub(crate) fn block(&mut self, l: usize, x: Tensor, seq: usize, li: LayerInputs) -> Result<Tensor, ModelError> {
         let cfg = self.cfg;
         let (d, hd, nh, nkv, ff) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
-        let g = nh / nkv;
         let names = self.names;
         let p = |r: Role| names.layer(r, l);
         let LayerInputs { cos, sin, mask } = li;
@@ -447,25 +355,10 @@ impl Ctx<'_> {
         let wkn = self.norm_weight(&p(Role::KNorm), hd)?;
         let q = self.rms_norm(q, wqn)?;
         let k = self.rms_norm(k, wkn)?;
-        let q = self.rope(q, cos, sin)?;
-        let k = self.rope(k, cos, sin)?;
-        let q = self.b.scale(q, cfg.attn_scale as f64)?;
-
-        // Grouped-query attention: query head h = kv·g + i uses kv head kv.
-        let b = &mut self.b;
-        let q = b.reshape(q, &[seq, nkv, g, hd])?;
-        let q = b.permute(q, &[1, 2, 0, 3])?; // [nkv, g, seq, hd]
-        let k = b.reshape(k, &[seq, nkv, 1, hd])?;
-        let k = b.permute(k, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
-        let v = b.reshape(v, &[seq, nkv, 1, hd])?;
-        let v = b.permute(v, &[1, 2, 0, 3])?; // [nkv, 1, seq, hd]
-        let s = b.matmul(q, k, true)?; // [nkv, g, seq, seq]
-        let s = b.add(s, mask)?;
-        let pr = self.softmax_last(s)?;
-        let b = &mut self.b;
-        let o = b.matmul(pr, v, false)?; // [nkv, g, seq, hd]
-        let o = b.permute(o, &[2, 0, 1, 3])?; // [seq, nkv, g, hd]
-        let o = b.reshape(o, &[seq, nh * hd])?;
+        let q = layers::rope_neox(&mut self.b, q, cos, sin)?;
+        let k = layers::rope_neox(&mut self.b, k, cos, sin)?;
+        let heads = layers::Heads { n_head: nh, n_head_kv: nkv, head_dim: hd };
+        let o = layers::attention(&mut self.b, q, k, v, Some(mask), heads, cfg.attn_scale as f64)?; // [seq, nh * hd]
         let wo = self.weight(&p(Role::AttnOut), &[d, nh * hd])?;
         let a = self.b.matmul(o, wo, true)?;
         let w = self.norm_weight(&p(Role::PostAttnNorm), d)?;
@@ -477,23 +370,10 @@ impl Ctx<'_> {
         let wg = self.weight(&p(Role::Gate), &[ff, d])?;
         let wu = self.weight(&p(Role::Up), &[ff, d])?;
         let wd = self.weight(&p(Role::Down), &[d, ff])?;
-        let gt = self.b.matmul(h, wg, true)?;
-        let up = self.b.matmul(h, wu, true)?;
-        let act = self.gelu_tanh(gt)?;
-        let m = self.b.mul(act, up)?;
-        let dn = self.b.matmul(m, wd, true)?;
+        let dn = layers::gated_ffn(&mut self.b, h, wg, wu, wd, layers::Gate::GeluTanh)?;
         let w = self.norm_weight(&p(Role::PostFfnNorm), d)?;
         let dn = self.rms_norm(dn, w)?;
         Ok(self.b.add(x, dn)?)
-    }
-
-    fn softmax_last(&mut self, x: Tensor) -> Result<Tensor, IrError> {
-        let b = &mut self.b;
-        let m = b.reduce_last(ReduceOp::Max, x)?;
-        let d = b.sub(x, m)?;
-        let e = b.unary(UnaryOp::Exp, d)?;
-        let s = b.reduce_last(ReduceOp::Sum, e)?;
-        b.div(e, s)
     }
 }
 
@@ -519,10 +399,10 @@ pub fn build_graph_named(cfg: &Gemma3Config, weights: &dyn WeightShapes, names: 
     let mut x = c.b.scale(x0, (d as f64).sqrt())?;
 
     let (cos, sin) = c.rope_tables(seq, cfg.rope_base_global)?;
-    let mask = c.mask(seq, None)?;
+    let mask = layers::causal_mask(&mut c.b, seq, None)?;
     let global = LayerInputs { cos, sin, mask };
     let (cos, sin) = c.rope_tables(seq, cfg.rope_base_local)?;
-    let mask = c.mask(seq, Some(cfg.sliding_window))?;
+    let mask = layers::causal_mask(&mut c.b, seq, Some(cfg.sliding_window))?;
     let local = LayerInputs { cos, sin, mask };
 
     for l in 0..cfg.n_layer {
@@ -552,6 +432,7 @@ pub struct Gemma3 {
     pub(crate) plans: PlanCache<(usize, Logits)>,
     /// The incremental path: plans by (new rows, capacity), and the kept states.
     pub(crate) session: crate::session::Session,
+    path: PathBuf,
 }
 
 impl Gemma3 {
@@ -598,7 +479,7 @@ impl Gemma3 {
         }
         let weights = Arc::new(GgufWeights::new(file.clone()));
         let session = crate::session::Session::new(devices.clone());
-        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(devices), session })
+        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(devices), session, path: path.as_ref().to_path_buf() })
     }
 
     /// The (home) device the model's plans run on.
@@ -707,5 +588,120 @@ impl Gemma3 {
     /// The number of cached plans.
     pub fn cached_plans(&self) -> usize {
         self.plans.len()
+    }
+}
+
+/// The registry entry ([`crate::KINDS`]): a GGUF file whose `general.architecture` is
+/// `gemma3`.
+pub const KIND: ModelKind = ModelKind { name: "gemma3", what: "a Gemma 3 GGUF file (general.architecture = gemma3)", detect, open: open_model };
+
+fn detect(path: &Path) -> Detect {
+    if !path.is_file() || crate::head(path, 4) != b"GGUF" {
+        return Detect::No;
+    }
+    match GgufFile::open(path) {
+        Ok(f) => match f.get_str("general.architecture") {
+            Ok("gemma3") => Detect::Yes,
+            Ok(arch) => Detect::Near(format!("a GGUF file of architecture '{arch}'")),
+            Err(_) => Detect::Near("a GGUF file with no general.architecture".into()),
+        },
+        // A damaged GGUF file: the loader's error says what is wrong with it.
+        Err(_) => Detect::Yes,
+    }
+}
+
+fn open_model(path: &Path, o: OpenOptions) -> Result<Box<dyn Model>, ModelError> {
+    let mut m = Gemma3::load_on_devices(path, o.devices)?;
+    m.set_compile_options(o.compile);
+    Ok(Box::new(m))
+}
+
+impl Gemma3 {
+    /// The file the model was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The token ids of the `tokens` input of [`Model::run`], each checked against the
+    /// vocabulary.
+    fn token_input(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<u32>, ModelError> {
+        check_inputs(&self.path, &Model::inputs(self), inputs)?;
+        let t = &inputs["tokens"];
+        let tg_ir::HostData::I32(ids) = &t.data else { return Err(input_error(&self.path, InputProblem::DType, "input 'tokens': expected int32")) };
+        if ids.is_empty() {
+            return Err(input_error(&self.path, InputProblem::Shape, "input 'tokens': no tokens"));
+        }
+        match ids.iter().find(|&&t| t < 0 || t as usize >= self.config.n_vocab) {
+            Some(t) => Err(input_error(&self.path, InputProblem::Value, format!("input 'tokens': token id {t} is outside the vocabulary of {}", self.config.n_vocab))),
+            None => Ok(ids.iter().map(|&t| t as u32).collect()),
+        }
+    }
+}
+
+/// Gemma 3 as a [`Model`]: input `tokens` (int32 `[tokens]`, at most the context length),
+/// output `logits` (float32 `[tokens, n_vocab]`: every position, as
+/// [`Gemma3::forward`] with [`Logits::All`]); it generates ([`Model::as_generator`]).
+impl Model for Gemma3 {
+    fn kind(&self) -> &'static str {
+        KIND.name
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn inputs(&self) -> Vec<TensorSpec> {
+        vec![TensorSpec::new("tokens", ElemType::I32, vec![Dim::free("tokens", Some(self.config.context_length))])]
+    }
+
+    fn outputs(&self) -> Vec<TensorSpec> {
+        vec![TensorSpec::new("logits", ElemType::F32, vec![Dim::free("tokens", Some(self.config.context_length)), Dim::Fixed(self.config.n_vocab)])]
+    }
+
+    fn devices(&self) -> Vec<Arc<dyn Device>> {
+        Gemma3::devices(self)
+    }
+
+    fn set_compile_options(&mut self, options: CompileOptions) {
+        Gemma3::set_compile_options(self, options)
+    }
+
+    fn compile(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<CompileTimes, ModelError> {
+        let ids = self.token_input(inputs)?;
+        let before = self.plans.stats();
+        self.prepare(ids.len(), Logits::All)?;
+        Ok(self.plans.stats().since(before))
+    }
+
+    fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {
+        let ids = self.token_input(inputs)?;
+        let v = self.forward(&ids, Logits::All)?;
+        Ok(vec![("logits".to_string(), HostTensor::f32(&[ids.len(), self.config.n_vocab], v)?)])
+    }
+
+    fn last_report(&self) -> Option<&CompileReport> {
+        Gemma3::last_report(self)
+    }
+
+    fn config(&self) -> serde_json::Value {
+        serde_json::to_value(&self.config).unwrap_or_default()
+    }
+
+    fn as_generator(&mut self) -> Option<&mut dyn Generate> {
+        Some(self)
+    }
+}
+
+impl Generate for Gemma3 {
+    fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, ModelError> {
+        Ok(self.tokenizer.encode(text, add_bos, true))
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
+        Ok(self.tokenizer.decode(ids, false)?)
+    }
+
+    fn generate(&mut self, prompt: &[u32], n: usize, params: &SamplingParams, on_token: &mut dyn FnMut(u32) -> bool) -> Result<(Vec<u32>, GenTimings), ModelError> {
+        self.generate_tokens(prompt, n, params, on_token)
     }
 }

@@ -3,26 +3,48 @@
 //! A model here is a *pure function of its inputs written as a graph of primitive ops*:
 //! [`gemma3::build_graph`] returns the whole Gemma 3 forward pass for a token sequence,
 //! with no cache code and no fused ops (fusion and caching come from compiler rewrites).
+//! The layers it is built from ([`layers`]: norms, RoPE, masks, attention, gated FFN,
+//! convolution blocks) are shared by every model.
 //! [`Gemma3`] loads a GGUF file, compiles that graph per sequence length and runs it.
 //! [`EmbeddingGemma`] runs the same layers as a bidirectional encoder with the
 //! sentence-transformers pooling, dense and normalisation modules, from safetensors.
+//! [`onnx::Onnx`] runs any ONNX file through the importer.
+//!
+//! Every model is also a [`Model`] (named tensors in, named tensors out, plans compiled per
+//! input shape), and [`open`] finds the kind of a path in [`KINDS`]: the front ends
+//! (`tg run`, `tg info`, `tensor_graphs.load`) go through these only.
+//!
+//! **Adding a model** touches its own file (its config, graph function, loader, `impl
+//! Model` and a `pub const KIND: ModelKind`) and this file (`pub mod` and one line in
+//! [`KINDS`]); see `docs/models.md`.
 #![warn(missing_docs)]
 
 pub mod cache;
 pub mod embedding_gemma;
 pub mod gemma3;
 mod generate;
+pub mod layers;
+mod model;
+pub mod onnx;
 mod plans;
+mod registry;
 mod session;
 mod weights;
 
+pub use model::{capabilities, check_inputs, input_error, CompileTimes, Dim, ElemType, Embed, Generate, InputProblem, Model, TensorSpec};
+pub use registry::{head, known_kinds, open, open_kind, Detect, ModelKind, OpenFn, OpenOptions};
+
+/// Every kind of model [`open`] recognises, asked in this order (the first that claims a
+/// path opens it). One line per model.
+pub const KINDS: &[ModelKind] = &[gemma3::KIND, embedding_gemma::KIND, onnx::KIND];
+
+pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
 pub use gemma3::{Gemma3, Gemma3Config, Logits};
+pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
 pub use plans::PlanView;
 pub use session::SessionInfo;
-pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
-pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
-pub use weights::{GgufWeights, SafetensorsWeights};
 pub use tg_tokenizer::{StreamDecoder, Tokenizer};
+pub use weights::{GgufWeights, SafetensorsWeights};
 
 use thiserror::Error;
 
@@ -58,4 +80,29 @@ pub enum ModelError {
     /// A request the model cannot serve (prompt longer than the context, empty prompt...).
     #[error("{0}")]
     Request(String),
+    /// An input of [`Model::run`] that does not fit the model (missing, unknown, wrong type
+    /// or shape, a value it cannot take).
+    #[error("{model}: {detail}")]
+    Input {
+        /// The model's file or folder.
+        model: String,
+        /// What kind of mismatch.
+        problem: InputProblem,
+        /// What is wrong, naming the input.
+        detail: String,
+    },
+    /// An ONNX file could not be read or imported.
+    #[error(transparent)]
+    Onnx(#[from] tg_onnx::OnnxError),
+    /// No file or folder at the path.
+    #[error("{0}: no such file or folder")]
+    NotFound(String),
+    /// No registered kind of model takes the path.
+    #[error("{path}: {detail}")]
+    UnknownKind {
+        /// The path.
+        path: String,
+        /// Why, and the kinds there are.
+        detail: String,
+    },
 }

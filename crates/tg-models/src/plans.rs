@@ -40,6 +40,24 @@ pub(crate) struct PlanCache<K> {
     last_report: Option<CompileReport>,
     profiling: bool,
     store: Option<PlanStore>,
+    /// Plans compiled (or loaded from the store), and the milliseconds spent building
+    /// their graphs and compiling them, over the cache's life.
+    stats: CompileStats,
+}
+
+/// What a [`PlanCache`] has compiled so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CompileStats {
+    pub(crate) plans: usize,
+    pub(crate) graph_ms: f64,
+    pub(crate) compile_ms: f64,
+}
+
+impl CompileStats {
+    /// What was compiled between `before` and `self`.
+    pub(crate) fn since(self, before: CompileStats) -> crate::CompileTimes {
+        crate::CompileTimes { graph_ms: self.graph_ms - before.graph_ms, compile_ms: self.compile_ms - before.compile_ms, plans: self.plans - before.plans }
+    }
 }
 
 impl<K: Hash + Eq + Clone> PlanCache<K> {
@@ -65,6 +83,7 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
             last_report: None,
             profiling: false,
             store: PlanStore::default_store(),
+            stats: CompileStats::default(),
         }
     }
 
@@ -127,7 +146,13 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
         match self.plans.entry(key) {
             Entry::Occupied(e) => Ok(e.into_mut()),
             Entry::Vacant(v) => {
-                let (compiled, _) = compile_cached(&graph()?, &self.devices, &self.options, self.store.as_ref())?;
+                let t = std::time::Instant::now();
+                let graph = graph()?;
+                let built = std::time::Instant::now();
+                let (compiled, _) = compile_cached(&graph, &self.devices, &self.options, self.store.as_ref())?;
+                self.stats.plans += 1;
+                self.stats.graph_ms += (built - t).as_secs_f64() * 1e3;
+                self.stats.compile_ms += built.elapsed().as_secs_f64() * 1e3;
                 self.reports.insert(v.key().clone(), compiled.report.clone());
                 self.last_report = Some(compiled.report);
                 let mut exe = Executable::new(compiled.plan, self.devices.clone(), weights)?;
@@ -135,6 +160,11 @@ impl<K: Hash + Eq + Clone> PlanCache<K> {
                 Ok(v.insert(exe))
             }
         }
+    }
+
+    /// What has been compiled so far (for [`crate::CompileTimes`]).
+    pub(crate) fn stats(&self) -> CompileStats {
+        self.stats
     }
 
     pub(crate) fn contains(&self, key: &K) -> bool {

@@ -12,7 +12,7 @@ use pyo3::types::PyType;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tg_compiler::CompileError;
 use tg_ir::IrError;
-use tg_models::ModelError;
+use tg_models::{InputProblem, ModelError};
 use tg_runtime::RuntimeError;
 
 /// Which exception class an error becomes (the names of `tensor_graphs.errors`).
@@ -172,8 +172,34 @@ pub(crate) fn model(e: ModelError) -> Error {
         ModelError::Compile(ce) => compile(ce),
         ModelError::Runtime(re) => runtime(re),
         ModelError::Request(m) => err(Kind::Request, m),
-        ModelError::Gguf(_) | ModelError::Safetensors(_) | ModelError::Tokenizer(_) | ModelError::Architecture { .. } => err(Kind::Model, e.to_string()),
+        ModelError::Input { problem, .. } => {
+            let kind = match problem {
+                InputProblem::Missing => Kind::MissingInput,
+                InputProblem::Unknown => Kind::UnknownName,
+                InputProblem::DType => Kind::DType,
+                InputProblem::Shape => Kind::Shape,
+                InputProblem::Value => Kind::Request,
+            };
+            err(kind, e.to_string())
+        }
+        ModelError::Onnx(oe) => onnx(oe),
+        ModelError::NotFound(_) => err(Kind::ModelNotFound, e.to_string()),
+        ModelError::UnknownKind { .. } | ModelError::Gguf(_) | ModelError::Safetensors(_) | ModelError::Tokenizer(_) | ModelError::Architecture { .. } => {
+            err(Kind::Model, e.to_string())
+        }
     }
+}
+
+/// ONNX errors: a file that cannot be read → `ModelNotFoundError`, an op or type the
+/// importer does not map → `CompileError`, the rest (not ONNX, invalid) → `ModelError`.
+pub(crate) fn onnx(e: tg_onnx::OnnxError) -> Error {
+    use tg_onnx::OnnxError;
+    let kind = match e {
+        OnnxError::Io { .. } => Kind::ModelNotFound,
+        OnnxError::Unsupported { .. } | OnnxError::UnsupportedType(_) => Kind::Compile,
+        _ => Kind::Model,
+    };
+    err(kind, e.to_string())
 }
 
 /// Runs `f`, turning a panic into an `ExecutionError` (an engine bug must not take the

@@ -15,6 +15,9 @@
 //!   suite.
 //! - [`models`]: Gemma 3 (GGUF) generation, tokenization and logits; EmbeddingGemma
 //!   embeddings.
+//! - [`session::load_model`] and [`session::ModelSession`]: any model the registry opens
+//!   (`tg_models::open`) through the one model interface (`tensor_graphs.load`, and
+//!   `tensor_graphs.onnx.load` as its ONNX kind).
 //!
 //! Errors are raised as the exception classes of `tensor_graphs.errors` (see
 //! [`errors::Kind`]); a panic inside the engine becomes `ExecutionError`, never an
@@ -27,8 +30,8 @@ mod errors;
 mod graph;
 mod json;
 mod models;
-mod onnx;
 mod planner;
+mod session;
 
 use pyo3::prelude::*;
 
@@ -41,13 +44,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<models::PyEmbeddingGemma>()?;
     m.add_class::<models::TokenStream>()?;
     m.add_class::<models::Token>()?;
-    m.add_class::<onnx::OnnxSession>()?;
-    m.add_function(wrap_pyfunction!(onnx::onnx_load, m)?)?;
+    m.add_class::<session::ModelSession>()?;
+    m.add_function(wrap_pyfunction!(session::load_model, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(graph::reference_eval, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::default_threads, m)?)?;
     m.add_function(wrap_pyfunction!(planner::plan_problem, m)?)?;
     m.add("STAGES", tg_compiler::STAGES.to_vec())?;
+    m.add("MODEL_KINDS", tg_models::KINDS.iter().map(|k| (k.name, k.what)).collect::<Vec<_>>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

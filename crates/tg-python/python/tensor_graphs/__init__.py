@@ -24,12 +24,19 @@ Run models::
     e = tg.EmbeddingGemma()                        # or $TG_EMBED_MODEL
     v = e.embed(["Which planet is known as the Red Planet?"], prompt_name="query")
 
+Any model through one interface (an ONNX file, a Gemma 3 GGUF file, an EmbeddingGemma
+folder; see :mod:`tensor_graphs._session`)::
+
+    s = tg.load("model.onnx")                      # kind found from the file
+    (y,) = s.run(None, {"x": x})                   # named numpy arrays in, a list out
+
 Errors are subclasses of :class:`TensorGraphsError` (see :mod:`tensor_graphs.errors`).
 The GIL is released while the engine computes.
 """
 
 from ._native import Compiled, EmbeddingGemma, Gemma3, Token, TokenStream, __version__, default_threads, plan_problem
 from . import errors, fused, onnx
+from ._session import Session, TensorInfo, kinds, load
 from .errors import (
     CompileError,
     DTypeError,
@@ -60,6 +67,10 @@ __all__ = [
     "EmbeddingGemma",
     "Token",
     "TokenStream",
+    "Session",
+    "TensorInfo",
+    "kinds",
+    "load",
     "default_threads",
     "plan_problem",
     "errors",

@@ -4,7 +4,8 @@
     sess = ort_like.load("model.onnx")             # or devices=["cpu", "opencl"]
     (y,) = sess.run(None, {"x": x})                # like onnxruntime.InferenceSession.run
 
-The model is imported for the shapes of the arrays given (one plan per input signature,
+This is :func:`tensor_graphs.load` opened as the ``onnx`` kind, with onnxruntime's
+method names. The model is imported for the shapes of the arrays given (one plan per input signature,
 compiled on first use and kept); inputs whose values decide shapes (a Reshape target, Slice
 bounds) are bound at import when the graph needs them known. Inputs are float32, int64, int32
 or bool arrays; int64 outputs come back as int64. An op the importer does not map raises
@@ -31,17 +32,25 @@ class NodeArg:
     type: str
 
 
+_TYPES = {"float32": "tensor(float)", "int32": "tensor(int32)", "int64": "tensor(int64)", "bool": "tensor(bool)"}
+
+
+def _arg(t) -> NodeArg:
+    name, shape, dtype = t[0], t[1], t[2]
+    return NodeArg(name, [] if shape is None else list(shape), _TYPES.get(dtype, "tensor(unsupported)"))
+
+
 class InferenceSession:
     """A loaded ONNX model (see the module docs)."""
 
-    def __init__(self, native: "_native.OnnxSession"):
+    def __init__(self, native: "_native.ModelSession"):
         self._s = native
 
     def get_inputs(self) -> list:
-        return [NodeArg(n, list(d), t) for n, d, t in self._s.inputs()]
+        return [_arg(t) for t in self._s.inputs()]
 
     def get_outputs(self) -> list:
-        return [NodeArg(n, None, t) for n, t in self._s.outputs()]
+        return [_arg(t) for t in self._s.outputs()]
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: dict, run_options=None) -> list:
         """The outputs named (all of them, in order, for ``None``) as new numpy arrays."""
@@ -52,4 +61,4 @@ class InferenceSession:
 
 def load(path, devices: Sequence[str] = ("cpu",), threads: int = 0) -> InferenceSession:
     """Opens the ONNX model at ``path`` on ``devices`` (names as for ``compile``)."""
-    return InferenceSession(_native.onnx_load(str(path), list(devices), threads))
+    return InferenceSession(_native.load_model(str(path), list(devices), threads, "onnx"))

@@ -1,20 +1,24 @@
-//! `tg run MODEL.onnx --input NAME=FILE.npy …`: any ONNX model on `.npy` inputs, each output
-//! written as `NAME.npy`.
+//! `tg run MODEL --input NAME=FILE.npy …`: any model the registry opens (an ONNX file, a
+//! Gemma 3 GGUF file, an EmbeddingGemma folder; `tg_models::KINDS`) on `.npy` inputs, each
+//! output written as `NAME.npy`; `tg info MODEL`: its kind, inputs, outputs and
+//! capabilities. Both go through `tg_models::open` and the `Model` interface only.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
-use tg_ir::{DType, HostData, HostTensor};
+use tg_ir::{HostData, HostTensor};
+use tg_models::{Dim, ElemType, Model, OpenOptions, TensorSpec};
 
 /// Arguments of `tg run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The ONNX model.
+    /// The model: an ONNX file, a Gemma 3 GGUF file or an EmbeddingGemma folder (`tg info`
+    /// shows its inputs).
     model: PathBuf,
     /// An input: `NAME=FILE.npy` (float32, int64, int32 or bool, C order); repeatable. Every
-    /// graph input needs one; its shape binds the plan's.
+    /// model input needs one; its shape binds the plan's.
     #[arg(long = "input", short = 'i')]
     inputs: Vec<String>,
     /// Folder the outputs are written to, as `NAME.npy`.
@@ -120,9 +124,25 @@ fn file_name(name: &str) -> String {
     }
 }
 
+/// The devices and compiler options of `--device` / `--threads`.
+fn options(device: &str, threads: usize) -> Result<OpenOptions, String> {
+    let mut o = OpenOptions::on(crate::devices_named(device, threads)?);
+    o.compile.cost = crate::machine_cost();
+    Ok(o)
+}
+
+/// Whether a `.npy` dtype feeds an input of `elem` (integers of either width feed either).
+fn npy_fits(elem: ElemType, descr: &str) -> bool {
+    match elem {
+        ElemType::F32 => descr == "<f4",
+        ElemType::I32 | ElemType::I64 => descr == "<i4" || descr == "<i8",
+        ElemType::Bool => descr == "|b1",
+    }
+}
+
 pub fn run(a: RunArgs) -> Result<(), String> {
     let t0 = Instant::now();
-    let model = tg_onnx::OnnxModel::open(&a.model).map_err(|e| e.to_string())?;
+    let mut model = tg_models::open(&a.model, options(&a.device, a.threads)?).map_err(|e| e.to_string())?;
     let mut given: HashMap<String, Npy> = HashMap::new();
     for spec in &a.inputs {
         let (name, file) = spec.split_once('=').ok_or_else(|| format!("--input '{spec}': expected NAME=FILE.npy"))?;
@@ -130,41 +150,46 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             return Err(format!("--input {name} given twice"));
         }
     }
-    let shapes: HashMap<String, Vec<usize>> = given.iter().map(|(k, v)| (k.clone(), v.shape.clone())).collect();
-    let imported = tg_onnx::import(&model, &shapes).map_err(|e| e.to_string())?;
+    let specs = model.inputs();
     let mut feed = HashMap::new();
-    for (name, shape, dtype, onnx_type) in &imported.inputs {
-        let npy = given.remove(name).ok_or_else(|| format!("no --input for the model's input '{name}' ({shape:?}, {})", onnx_name(*onnx_type)))?;
-        let ok = matches!((dtype, &npy.data), (DType::F32, HostData::F32(_)) | (DType::I32, HostData::I32(_)) | (DType::Bool, HostData::Bool(_)));
-        if !ok {
-            return Err(format!("input '{name}': the model takes {}, the file holds {}", onnx_name(*onnx_type), npy.descr));
+    for s in &specs {
+        let npy = given.remove(&s.name).ok_or_else(|| format!("no --input for the model's input '{}' ({}, {})", s.name, s.shape_text(), s.elem))?;
+        if !npy_fits(s.elem, &npy.descr) {
+            return Err(format!("input '{}': the model takes {}, the file holds {}", s.name, s.elem, npy.descr));
         }
-        feed.insert(name.clone(), HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())?);
+        feed.insert(s.name.clone(), HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())?);
     }
-    let import_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let devices = crate::devices_named(&a.device, a.threads)?;
-    let t1 = Instant::now();
-    let opts = tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() };
-    let compiled = tg_compiler::compile(&imported.graph, &devices, &opts).map_err(|e| e.to_string())?;
-    let compile_ms = t1.elapsed().as_secs_f64() * 1e3;
-    let mut exe = tg_runtime::Executable::new(compiled.plan, devices, std::sync::Arc::new(imported.weights)).map_err(|e| e.to_string())?;
+    if let Some(name) = given.keys().next() {
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        return Err(format!("--input {name}: the model has no input '{name}' (its inputs are: {})", names.join(", ")));
+    }
+    let open_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let times = model.compile(&feed).map_err(|e| e.to_string())?;
+    // As before: "import" is reading the model and the inputs and building (importing) the
+    // graph; "compile" the compiler.
+    let (import_ms, compile_ms) = (open_ms + times.graph_ms, times.compile_ms);
     let t2 = Instant::now();
-    let mut outs = exe.run(&feed).map_err(|e| e.to_string())?;
+    let outs = model.run(&feed).map_err(|e| e.to_string())?;
     let run_ms = t2.elapsed().as_secs_f64() * 1e3;
     std::fs::create_dir_all(&a.output_dir).map_err(|e| format!("{}: {e}", a.output_dir.display()))?;
+    let out_specs = model.outputs();
     let mut listed = Vec::new();
-    for (name, onnx_type) in &imported.outputs {
-        let t = outs.remove(name).ok_or_else(|| format!("the plan produced no output '{name}'"))?;
+    for (name, t) in &outs {
+        let elem = out_specs.iter().find(|s| &s.name == name).map_or(ElemType::F32, |s| s.elem);
         let path = a.output_dir.join(format!("{}.npy", file_name(name)));
-        write_npy(&path, &t, *onnx_type == 7)?;
-        listed.push(serde_json::json!({ "name": name, "shape": t.shape, "dtype": onnx_name(*onnx_type), "file": path.display().to_string() }));
+        write_npy(&path, t, elem == ElemType::I64)?;
+        listed.push(serde_json::json!({ "name": name, "shape": t.shape, "dtype": elem.name(), "file": path.display().to_string() }));
         if !a.json {
-            println!("{name}: {:?} {} -> {}", t.shape, onnx_name(*onnx_type), path.display());
+            println!("{name}: {:?} {} -> {}", t.shape, elem, path.display());
         }
     }
     if a.json {
-        let obj =
-            serde_json::json!({ "model": a.model.display().to_string(), "outputs": listed, "timings": { "import_ms": import_ms, "compile_ms": compile_ms, "run_ms": run_ms } });
+        let obj = serde_json::json!({
+            "model": a.model.display().to_string(),
+            "kind": model.kind(),
+            "outputs": listed,
+            "timings": { "import_ms": import_ms, "compile_ms": compile_ms, "run_ms": run_ms },
+        });
         println!("{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?);
     } else {
         eprintln!("[import {import_ms:.1} ms, compile {compile_ms:.1} ms, run {run_ms:.2} ms]");
@@ -172,12 +197,77 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn onnx_name(t: i32) -> &'static str {
-    match t {
-        1 => "float32",
-        6 => "int32",
-        7 => "int64",
-        9 => "bool",
-        _ => "another type",
+/// Arguments of `tg info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// The model: an ONNX file, a Gemma 3 GGUF file or an EmbeddingGemma folder.
+    model: PathBuf,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn spec_json(s: &TensorSpec) -> serde_json::Value {
+    let shape = s.dims.as_ref().map(|d| {
+        d.iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => serde_json::json!(n),
+                Dim::Free { name, .. } => serde_json::json!(name),
+            })
+            .collect::<Vec<_>>()
+    });
+    let limits: serde_json::Map<String, serde_json::Value> = s
+        .dims
+        .iter()
+        .flatten()
+        .filter_map(|d| match d {
+            Dim::Free { name, max: Some(m) } => Some((name.clone(), serde_json::json!(m))),
+            _ => None,
+        })
+        .collect();
+    serde_json::json!({ "name": s.name, "dtype": s.elem.name(), "shape": shape, "limits": limits })
+}
+
+/// `tg info MODEL`: the model's kind, inputs, outputs and capabilities, through the model
+/// interface.
+pub fn info(a: InfoArgs) -> Result<(), String> {
+    let mut model: Box<dyn Model> = tg_models::open(&a.model, options("cpu", 1)?).map_err(|e| e.to_string())?;
+    let kind = model.kind();
+    let what = tg_models::KINDS.iter().find(|k| k.name == kind).map_or("", |k| k.what);
+    let caps = tg_models::capabilities(&mut *model);
+    let (inputs, outputs, config) = (model.inputs(), model.outputs(), model.config());
+    if a.json {
+        let obj = serde_json::json!({
+            "model": a.model.display().to_string(),
+            "kind": kind,
+            "what": what,
+            "inputs": inputs.iter().map(spec_json).collect::<Vec<_>>(),
+            "outputs": outputs.iter().map(spec_json).collect::<Vec<_>>(),
+            "capabilities": caps,
+            "config": config,
+        });
+        println!("{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?);
+        return Ok(());
     }
+    println!("model:   {}", a.model.display());
+    println!("kind:    {kind} ({what})");
+    for (title, specs) in [("inputs:", &inputs), ("outputs:", &outputs)] {
+        println!("{title}");
+        for s in specs {
+            println!("  {:<24} {:<8} {}", s.name, s.elem, s.shape_text());
+        }
+    }
+    println!("can:     {}", caps.join(", "));
+    if let serde_json::Value::Object(c) = &config {
+        println!("config:");
+        for (k, v) in c {
+            let text = v.to_string();
+            if text.len() <= 100 {
+                println!("  {k:<24} {text}");
+            } else {
+                println!("  {k:<24} ({} characters of JSON; see --json)", text.len());
+            }
+        }
+    }
+    Ok(())
 }
