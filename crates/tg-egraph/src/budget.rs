@@ -8,8 +8,9 @@
 //! least time (the tree cost of recomputing its value, per byte), several at once until
 //! the device fits, and extracts again; the extractor may then keep other states. Each
 //! round removes at least one update, so the rounds are bounded by the number of states.
-//! The rounds can use a faster extractor ([`StateBudget::quick`]) until its choice fits; the
-//! chosen extraction is always the inner one's.
+//! The rounds can use a faster extractor ([`StateBudget::quick`]) until its choice fits (or
+//! cannot be made to fit: its devices are a guess); the chosen extraction is always the
+//! inner one's, and only the inner one's choice is refused as over budget.
 
 use crate::plan::updated_state;
 use crate::{CostModel, EgraphError, Extraction, Extractor, TEGraph};
@@ -148,6 +149,7 @@ impl Extractor for StateBudget<'_> {
                     .fold(f64::INFINITY, f64::min)
             };
             let mut drop: HashSet<Id> = HashSet::new();
+            let mut unmet = None;
             for (d, mut bytes, lim) in over {
                 let mut here: Vec<(f64, &KeptState)> = kept.iter().filter(|k| k.device == d).map(|k| (recompute(k.class) / k.bytes.max(1) as f64, k)).collect();
                 here.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
@@ -164,10 +166,20 @@ impl Extractor for StateBudget<'_> {
                     report.dropped.push((k.name.clone(), d));
                 }
                 if bytes > lim {
-                    return Err(EgraphError::Options(format!(
-                        "the kept states on device {d} need at least {bytes} bytes (values that cannot be recomputed), over its cache budget of {lim}"
-                    )));
+                    unmet.get_or_insert((d, bytes, lim));
                 }
+            }
+            if let Some((d, bytes, lim)) = unmet {
+                if quick.take().is_some() {
+                    // The quick rounds see no placement (every state on the home device, or
+                    // the last one's): what they cannot fit, the placing extractor may (the
+                    // states spread over devices, as pinned). It chooses from here, with
+                    // nothing of this round taken away.
+                    continue;
+                }
+                return Err(EgraphError::Options(format!(
+                    "the kept states on device {d} need at least {bytes} bytes (values that cannot be recomputed), over its cache budget of {lim}"
+                )));
             }
             let mut g = pruned.take().unwrap_or_else(|| egraph.clone());
             for c in drop {
