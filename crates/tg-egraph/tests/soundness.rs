@@ -683,6 +683,28 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 &move |b, x, w| p::fused(b, Op::ConvBias { window: w2.clone(), groups, act }, &[x[0], w[0], x[1]]),
             )
         }),
+        ("conv-im2col", |rng| {
+            let (xs, ws, window, groups) = conv_geometry(rng);
+            let (n, m, k) = (xs[0], ws[0], ws[1..].iter().product::<usize>());
+            let out: Vec<usize> = [n, m].into_iter().chain(window.output(&xs[2..]).unwrap()).collect();
+            let (w1, w2) = (window.clone(), window.clone());
+            case(&[xs], &[ws], &move |b, x, w| b.conv(x[0], w[0], w1.clone(), groups), &move |b, x, w| {
+                let cols = b.im2col(x[0], w2.clone(), groups)?;
+                let wr = b.reshape(w[0], &[1, groups, m / groups, k])?;
+                let y = b.matmul(wr, cols, false)?;
+                b.reshape(y, &out)
+            })
+        }),
+        ("im2col-pointwise", |rng| {
+            let r = rng.gen_range(1..4);
+            let groups = rng.gen_range(1..3);
+            let mut xs = vec![rng.gen_range(1..3), groups * rng.gen_range(1..4)];
+            xs.extend(dims(rng, r, 5));
+            let target = vec![xs[0], groups, xs[1] / groups, xs[2..].iter().product()];
+            let mut window = Window::new(vec![1; r]);
+            window.dilation = (0..r).map(|_| rng.gen_range(1..3)).collect();
+            case(&[xs], &[], &move |b, x, _| b.im2col(x[0], window.clone(), groups), &move |b, x, _| b.reshape(x[0], &target))
+        }),
         ("fuse-group-norm", |rng| {
             let (n, g, cg) = (rng.gen_range(1..3), rng.gen_range(1..4), rng.gen_range(1..4));
             let c = g * cg;

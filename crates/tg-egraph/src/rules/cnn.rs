@@ -5,8 +5,8 @@
 //! `tg_ir::Op::GroupNorm`, `tg_ir::UnaryOp::{Sigmoid, Silu}`), and the fused ops are only
 //! added where a device's registry accepts them ([`kernel_accepts`]).
 
-use super::{add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
-use crate::TEGraph;
+use super::{add, add_op, approx, binary, data, has_binary, nodes_where, rule, same, scalar_f32, shape, unary, Rule};
+use crate::{ENode, TEGraph};
 use egg::Id;
 use tg_ir::{Act, BinaryOp, CmpOp, DType, Op, ReduceOp, UnaryOp};
 
@@ -39,6 +39,20 @@ pub(super) fn rules() -> Vec<Rule> {
             "act(group_norm_ε(x, γ, β)) = group_norm_act_ε(x, γ, β) for act = relu, leaky relu or silu",
             fuse_group_norm_act,
             |eg, _, m: &NormMatch| add_op(eg, Op::GroupNorm { groups: m.groups, eps_bits: m.eps.to_bits(), act: m.act }, &[m.x, m.gamma, m.beta]),
+        ),
+        rule(
+            "conv-im2col",
+            "conv-algorithm",
+            "conv(x, w) = reshape(matmul(reshape(w, [1, g, M/g, K]), im2col(x)), [N, M, *O]) with K = (C/g)·taps: the convolution as a GEMM over the unfolded windows",
+            conv_im2col,
+            apply_conv_im2col,
+        ),
+        rule(
+            "im2col-pointwise",
+            "conv-algorithm",
+            "im2col(x) = reshape(x, [N, g, C/g, P]) for a 1-tap window of stride 1 and no padding: a pointwise convolution unfolds nothing",
+            im2col_pointwise,
+            |eg, _, &(x, ref shape)| add(eg, ENode::typed(Op::Reshape, shape.clone(), DType::F32, &[x])),
         ),
     ]
 }
@@ -260,6 +274,61 @@ fn fuse_group_norm_act(eg: &TEGraph, c: Id) -> Vec<NormMatch> {
             let op = Op::GroupNorm { groups, eps_bits, act };
             if kernel_accepts(eg, &op, &ins) {
                 out.push(NormMatch { x: ins[0], gamma: ins[1], beta: ins[2], groups, eps: f64::from_bits(eps_bits), act });
+            }
+        }
+    }
+    out
+}
+
+// ---- Convolution algorithm
+
+/// A convolution to write as a GEMM over its unfolded windows.
+pub(super) struct Im2ColMatch {
+    x: Id,
+    w: Id,
+    window: tg_ir::Window,
+    groups: usize,
+}
+
+fn conv_im2col(eg: &TEGraph, c: Id) -> Vec<Im2ColMatch> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::Conv { .. })) {
+        let Op::Conv { window, groups } = &n.op else { continue };
+        let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
+        if f32_class(eg, x) && f32_class(eg, w) && kernel_accepts(eg, &Op::Im2Col { window: window.clone(), groups: *groups }, &[x]) {
+            out.push(Im2ColMatch { x, w, window: window.clone(), groups: *groups });
+        }
+    }
+    out
+}
+
+fn apply_conv_im2col(eg: &mut TEGraph, c: Id, m: &Im2ColMatch) -> Option<Id> {
+    let (xs, ws, ys) = (shape(eg, m.x).to_vec(), shape(eg, m.w).to_vec(), shape(eg, c).to_vec());
+    let (n, g, mo) = (xs[0], m.groups, ws[0]);
+    let k: usize = ws[1..].iter().product();
+    let p: usize = ys[2..].iter().product();
+    let cols = add_op(eg, Op::Im2Col { window: m.window.clone(), groups: g }, &[m.x])?;
+    let wr = add(eg, ENode::typed(Op::Reshape, vec![1, g, mo / g, k], DType::F32, &[m.w]))?;
+    let mm = Op::MatMul { transpose_rhs: false };
+    if !kernel_accepts(eg, &mm, &[wr, cols]) {
+        return None;
+    }
+    let prod = add_op(eg, mm, &[wr, cols])?;
+    debug_assert_eq!(shape(eg, prod), [n, g, mo / g, p]);
+    add(eg, ENode::typed(Op::Reshape, ys, DType::F32, &[prod]))
+}
+
+fn im2col_pointwise(eg: &TEGraph, c: Id) -> Vec<(Id, Vec<usize>)> {
+    let mut out = Vec::new();
+    for n in nodes_where(eg, c, |o| matches!(o, Op::Im2Col { .. })) {
+        let Op::Im2Col { window, groups } = &n.op else { continue };
+        let pointwise = window.taps() == 1 && window.stride.iter().all(|&s| s == 1) && window.pad_begin.iter().chain(&window.pad_end).all(|&p| p == 0);
+        let x = eg.find(n.children[0]);
+        let xs = shape(eg, x);
+        if pointwise && f32_class(eg, x) && xs.len() >= 3 && xs[1].is_multiple_of(*groups) {
+            let target = vec![xs[0], *groups, xs[1] / groups, xs[2..].iter().product()];
+            if target.as_slice() == shape(eg, c) {
+                out.push((x, target));
             }
         }
     }

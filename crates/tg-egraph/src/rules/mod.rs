@@ -33,7 +33,7 @@ pub struct RuleInfo {
 
 /// Rule families. Disabling a family disables every family below it (`fusion` disables
 /// `fusion.rope`).
-pub const FAMILIES: [&str; 14] = [
+pub const FAMILIES: [&str; 15] = [
     "layout",
     "simplify",
     "fusion",
@@ -48,6 +48,7 @@ pub const FAMILIES: [&str; 14] = [
     "fusion.activation",
     "fusion.conv",
     "fusion.group-norm",
+    "conv-algorithm",
 ];
 
 /// A rule: its description and the egg rewrite that applies it.
