@@ -19,9 +19,15 @@ use tg_profile::{BenchOptions, Fingerprint, Profile, Profiler, RooflineOptions};
 /// Arguments of `tg profile`.
 #[derive(Args)]
 pub(crate) struct ProfileArgs {
-    /// GGUF model (default model if omitted).
+    /// The model: a Gemma 3 GGUF file (the default model if omitted), or any model `tg run`
+    /// opens (an `.onnx` file, an EmbeddingGemma folder), planned for the `--input` shapes.
     #[arg(short, long)]
     model: Option<PathBuf>,
+    /// For a model other than a Gemma 3 GGUF: an input to plan for, as `NAME=D0,D1,..` (its
+    /// shape; zeros) or `NAME=FILE.npy` (its values: for inputs the graph needs at compile
+    /// time). Repeatable; an input with a fixed declared shape may be left out.
+    #[arg(long = "input", value_name = "NAME=SHAPE|FILE.npy")]
+    inputs: Vec<String>,
     /// Sequence lengths to plan for (comma-separated).
     #[arg(short, long, value_delimiter = ',', default_values_t = vec![1usize, 5, 6, 128])]
     seq: Vec<usize>,
@@ -162,8 +168,6 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     }
 
     // 1. What planning asks about.
-    let model_path = crate::model_path::resolve(a.model.clone())?;
-    let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
     let mut opened = Opened::default();
     // Another device's measurements are keyed by its fingerprint: a changed device, driver or
     // kernel build drops the old ones.
@@ -175,6 +179,13 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
             eprintln!("{}: {dropped} measurements of another device or kernel build dropped", dev.name());
         }
     }
+    let generic = !a.inputs.is_empty() || a.model.as_ref().is_some_and(|p| p.is_dir() || p.extension().is_none_or(|e| !e.eq_ignore_ascii_case("gguf")));
+    if generic {
+        let (keys, what) = model_keys(&a, &numerics, &profile, &mut opened)?;
+        return measure(&a, profile, &path, keys, what, resumed, &mut opened, t0);
+    }
+    let model_path = crate::model_path::resolve(a.model.clone())?;
+    let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
     let shared = Arc::new(profile);
     let mut keys = Vec::new();
     // The one-token plans' graphs depend on the capacity only: derived once each.
@@ -197,17 +208,105 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
             }
         }
     }
+    let profile = Arc::try_unwrap(shared).unwrap_or_else(|p| (*p).clone());
+    let what = format!("seq {:?} (+ one-token incremental plans at capacities {:?})", a.seq, a.incremental);
+    measure(&a, profile, &path, keys, what, resumed, &mut opened, t0)
+}
+
+/// The kernel keys planning `--model` (not a Gemma 3 GGUF) asks about for the `--input`
+/// shapes, at every thread count and numerics; and what they were collected for.
+fn model_keys(a: &ProfileArgs, numerics: &[Numerics], profile: &Profile, opened: &mut Opened) -> Result<(Vec<tg_profile::ProfileKey>, String), String> {
+    let path = a.model.clone().ok_or("--input: give the model it is for with --model")?;
+    let home = opened.get(&a.device, 1)?;
+    let mut model = tg_models::open(&path, tg_models::OpenOptions::on(vec![home])).map_err(|e| e.to_string())?;
+    let mut given: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for spec in &a.inputs {
+        let (name, v) = spec.split_once('=').ok_or_else(|| format!("--input '{spec}': expected NAME=D0,D1,.. or NAME=FILE.npy"))?;
+        if given.insert(name.to_string(), v.to_string()).is_some() {
+            return Err(format!("--input {name} given twice"));
+        }
+    }
+    let specs = model.inputs();
+    let mut feed = std::collections::HashMap::new();
+    for s in &specs {
+        let t = match given.remove(&s.name) {
+            Some(v) if v.ends_with(".npy") => {
+                let npy = crate::run::read_npy(std::path::Path::new(&v))?;
+                if !crate::run::npy_fits(s.elem, &npy.descr) {
+                    return Err(format!("input '{}': the model takes {}, {v} holds {}", s.name, s.elem, npy.descr));
+                }
+                tg_ir::HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())?
+            }
+            Some(v) => {
+                let shape: Vec<usize> = v
+                    .split(',')
+                    .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--input {}={v}: expected a shape D0,D1,.. (or a .npy file)", s.name)))
+                    .collect::<Result<_, _>>()?;
+                zeros(s.elem, &shape)?
+            }
+            None => {
+                let fixed: Option<Vec<usize>> =
+                    s.dims.as_ref().and_then(|d| d.iter().map(|d| if let tg_models::Dim::Fixed(n) = d { Some(*n) } else { None }).collect::<Option<Vec<usize>>>());
+                let shape = fixed.ok_or_else(|| format!("no --input for the model's input '{}' ({}, {}): give its shape", s.name, s.shape_text(), s.elem))?;
+                zeros(s.elem, &shape)?
+            }
+        };
+        feed.insert(s.name.clone(), t);
+    }
+    if let Some(name) = given.keys().next() {
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        return Err(format!("--input {name}: the model has no input '{name}' (its inputs are: {})", names.join(", ")));
+    }
+    let graphs = model.graphs(&feed).map_err(|e| e.to_string())?;
+    let shared = Arc::new(profile.clone());
+    let threads = if tg_devices::kind_of(&a.device) == Some(tg_runtime::DeviceKind::Cpu) { a.threads.clone() } else { vec![1] };
+    let mut keys = Vec::new();
+    for &t in &threads {
+        let dev = opened.get(&a.device, t)?;
+        for &nm in numerics {
+            let opts = CompileOptions { numerics: nm, cost: CostSource::Profile(shared.clone()), ..Default::default() };
+            for g in &graphs {
+                keys.extend(tg_compiler::planning_keys(g, std::slice::from_ref(&dev), &opts).map_err(|e| e.to_string())?);
+            }
+        }
+    }
+    let mut shapes: Vec<String> = feed.iter().map(|(k, v)| format!("{k}={:?}", v.shape)).collect();
+    shapes.sort();
+    Ok((keys, format!("{} ({}) inputs {}", path.display(), model.kind(), shapes.join(" "))))
+}
+
+/// A zero tensor of an input's element type.
+fn zeros(elem: tg_models::ElemType, shape: &[usize]) -> Result<tg_ir::HostTensor, String> {
+    let n: usize = shape.iter().product();
+    let data = match elem {
+        tg_models::ElemType::F32 => tg_ir::HostData::F32(vec![0.0; n]),
+        tg_models::ElemType::I32 | tg_models::ElemType::I64 => tg_ir::HostData::I32(vec![0; n]),
+        tg_models::ElemType::Bool => tg_ir::HostData::Bool(vec![0; n]),
+    };
+    tg_ir::HostTensor::new(shape, data).map_err(|e| e.to_string())
+}
+
+/// Measures the keys not in the profile yet, saving after each (the common part of every
+/// model's `tg profile`).
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    a: &ProfileArgs,
+    profile: Profile,
+    path: &std::path::Path,
+    mut keys: Vec<tg_profile::ProfileKey>,
+    what: String,
+    resumed: usize,
+    opened: &mut Opened,
+    t0: Instant,
+) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     keys.retain(|k| seen.insert(k.clone().normalized()));
-    let profile = Arc::try_unwrap(shared).unwrap_or_else(|p| (*p).clone());
     let todo = keys.iter().filter(|k| !profile.contains(k)).count();
     eprintln!(
-        "profile {} ({}): {} kernel keys for seq {:?} (+ one-token incremental plans at capacities {:?}) x threads {:?} x numerics {}; {} measured already, {} to measure [{:.1} s to collect]",
+        "profile {} ({}): {} kernel keys for {what} x threads {:?} x numerics {}; {} measured already, {} to measure [{:.1} s to collect]",
         path.display(),
-        fp.id(),
+        profile.fingerprint().id(),
         keys.len(),
-        a.seq,
-        a.incremental,
         a.threads,
         a.numerics,
         keys.len() - todo,
@@ -222,7 +321,7 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     }
 
     // 2. Measure, saving after every key.
-    let mut prof = Profiler::new(profile, Some(path.clone()));
+    let mut prof = Profiler::new(profile, Some(path.to_path_buf()));
     if a.quick {
         prof.bench_options = BenchOptions::quick();
         prof.roofline_options = RooflineOptions::quick();
@@ -244,7 +343,7 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
         }
         ControlFlow::Continue(())
     };
-    let report = prof.run(&keys, &mut opened, &mut progress).map_err(|e| e.to_string())?;
+    let report = prof.run(&keys, opened, &mut progress).map_err(|e| e.to_string())?;
     if tty {
         let _ = writeln!(err);
     }
@@ -252,8 +351,8 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     if dev.kind() != tg_runtime::DeviceKind::Cpu {
         let mut p = prof.profile().clone();
         measure_links(&mut p, &dev, a.quick)?;
-        p.save(&path).map_err(|e| e.to_string())?;
-        prof = Profiler::new(p, Some(path.clone()));
+        p.save(path).map_err(|e| e.to_string())?;
+        prof = Profiler::new(p, Some(path.to_path_buf()));
     }
     let p = prof.profile();
     for (k, why) in &report.failed {

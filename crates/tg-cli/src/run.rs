@@ -36,13 +36,13 @@ pub struct RunArgs {
 }
 
 /// A `.npy` array: shape, and the data as the IR takes it.
-struct Npy {
-    shape: Vec<usize>,
-    descr: String,
-    data: HostData,
+pub(crate) struct Npy {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) descr: String,
+    pub(crate) data: HostData,
 }
 
-fn read_npy(path: &Path) -> Result<Npy, String> {
+pub(crate) fn read_npy(path: &Path) -> Result<Npy, String> {
     let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |why: &str| format!("{}: not a .npy file this reader takes: {why}", path.display());
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
@@ -132,7 +132,7 @@ fn options(device: &str, threads: usize) -> Result<OpenOptions, String> {
 }
 
 /// Whether a `.npy` dtype feeds an input of `elem` (integers of either width feed either).
-fn npy_fits(elem: ElemType, descr: &str) -> bool {
+pub(crate) fn npy_fits(elem: ElemType, descr: &str) -> bool {
     match elem {
         ElemType::F32 => descr == "<f4",
         ElemType::I32 | ElemType::I64 => descr == "<i4" || descr == "<i8",

@@ -76,3 +76,40 @@ fn tg_run_runs_an_onnx_model_on_npy_files() {
     std::fs::write(d.join("trunc.npy"), &npy("<f4", &[3, 4, 5], &bytes(&x))[..100]).unwrap();
     fail(&["run", m, "--input", &xi, "--input", &format!("y={}", d.join("trunc.npy").display())], "trunc.npy");
 }
+
+/// `tg profile --model MODEL.onnx --input NAME=SHAPE`: the kernels planning that model asks
+/// about include both convolution algorithms (the direct kernel, and im2col + GEMM), they
+/// are measured into the given profile file, and bad `--input`s are named in the error.
+#[test]
+fn tg_profile_measures_an_onnx_models_kernels() {
+    let Some(root) = cases() else { return };
+    let model = root.join("test_basic_conv_with_padding/model.onnx");
+    let m = model.to_str().unwrap();
+    let out = std::env::temp_dir().join(format!("tg-profile-onnx-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&out);
+    let o = out.to_str().unwrap();
+    let base = ["profile", "--model", m, "--input", "x=1,1,5,5", "--input", "W=1,1,3,3", "--threads", "1", "--numerics", "exact", "--quick", "--out", o];
+    let (code, stdout, err) = tg(&[&base[..], &["--list"]].concat());
+    assert_eq!(code, 0, "{err}");
+    for kernel in ["conv ", "im2col", "matmul"] {
+        assert!(stdout.lines().any(|l| l.contains(kernel)), "no {kernel} key listed:\n{stdout}");
+    }
+    assert!(!out.exists(), "--list measures nothing and writes nothing");
+    let (code, stdout, err) = tg(&base);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("kernels measured now"), "{stdout}");
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let kernels: Vec<String> = p["entries"].as_array().unwrap().iter().map(|e| e["key"]["kernel"].to_string()).collect();
+    assert!(kernels.iter().any(|k| k.contains("Conv")) && kernels.iter().any(|k| k.contains("Im2Col")), "{kernels:?}");
+    let _ = std::fs::remove_file(&out);
+
+    for (input, needle) in [("nope=1", "has no input 'nope'"), ("x=1,a", "expected a shape"), ("x=1,1,5,5.npy", ".npy")] {
+        let (code, _, err) = tg(&["profile", "--model", m, "--input", input, "--input", "W=1,1,3,3", "--out", o, "--list"]);
+        assert_ne!(code, 0, "{input}");
+        assert!(err.contains(needle), "{input}: {err}");
+    }
+    // `W` is declared with a fixed shape: it may be left out.
+    let (code, stdout, err) = tg(&["profile", "--model", m, "--input", "x=1,1,5,5", "--threads", "1", "--out", o, "--list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.lines().any(|l| l.contains("conv ")), "{stdout}");
+}

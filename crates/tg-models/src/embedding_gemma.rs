@@ -794,6 +794,17 @@ impl Model for EmbeddingGemma {
         Ok(self.plans.stats().since(before))
     }
 
+    fn graphs(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<tg_ir::Graph>, ModelError> {
+        let rows = self.rows(inputs)?;
+        let dim = self.config.output_dim();
+        let mut out = Vec::new();
+        for (start, end) in packs(&rows) {
+            let (total, batch, dim) = self.check_packed(&rows[start..end], dim)?;
+            out.push(build_embedding_graph(&self.config, &*self.weights, &self.names, total, batch, dim)?);
+        }
+        Ok(out)
+    }
+
     fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {
         let rows = self.rows(inputs)?;
         let dim = self.config.output_dim();

@@ -673,6 +673,11 @@ impl Model for Gemma3 {
         Ok(self.plans.stats().since(before))
     }
 
+    fn graphs(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<tg_ir::Graph>, ModelError> {
+        let ids = self.token_input(inputs)?;
+        Ok(vec![self.graph(ids.len(), Logits::All)?])
+    }
+
     fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {
         let ids = self.token_input(inputs)?;
         let v = self.forward(&ids, Logits::All)?;

@@ -243,6 +243,11 @@ pub trait Model: Send {
     /// compile time (an ONNX `Reshape` target given as a graph input), which are bound.
     fn compile(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<CompileTimes, ModelError>;
 
+    /// The graphs [`Model::compile`] plans for these inputs, before compilation (one per
+    /// plan): what `tg profile` asks the planner about, so the kernels it measures are the
+    /// ones this model's plans choose between.
+    fn graphs(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<tg_ir::Graph>, ModelError>;
+
     /// Runs the model on `inputs` (compiling first when needed) and returns every output, in
     /// the order of [`Model::outputs`]. Inputs that do not fit are
     /// [`ModelError::Input`] errors naming the model and the input.

@@ -124,7 +124,7 @@ impl Onnx {
     /// is not cached. Returns the import time (ms) of a compilation.
     fn plan_key(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<(String, Vec<String>, f64), ModelError> {
         check_inputs(&self.path, &self.specs(), inputs)?;
-        let shape_key: String = self.inputs.iter().map(|(s, _)| format!("{}{:?};", s.name, inputs[&s.name].shape)).collect();
+        let shape_key = self.shape_key(inputs);
         let bound_key = |bound: &[String]| -> String { bound.iter().map(|b| format!("{b}={:?};", inputs[b].data)).collect() };
         if let Some(bound) = self.bound.get(&shape_key) {
             let key = format!("{shape_key}{}", bound_key(bound));
@@ -133,13 +133,31 @@ impl Onnx {
             }
         }
         let t = Instant::now();
+        let (imported, bound) = self.import_for(inputs, &shape_key)?;
+        let import_ms = t.elapsed().as_secs_f64() * 1e3;
+        let key = format!("{shape_key}{}", bound_key(&bound));
+        self.bound.insert(shape_key, bound.clone());
+        let graph = imported.graph;
+        self.plans.get_or_compile(key.clone(), Arc::new(imported.weights), || Ok(graph))?;
+        Ok((key, bound, import_ms))
+    }
+
+    /// The key of these inputs' shapes (the cache of which inputs are bound).
+    fn shape_key(&self, inputs: &HashMap<String, HostTensor>) -> String {
+        self.inputs.iter().map(|(s, _)| format!("{}{:?};", s.name, inputs[&s.name].shape)).collect()
+    }
+
+    /// Imports the graph for these (checked) inputs: their shapes bound, and the values of
+    /// the inputs the graph needs at compile time (found by a first import that fails on
+    /// them, then remembered per shape key). Returns the import and the bound inputs.
+    fn import_for(&self, inputs: &HashMap<String, HostTensor>, shape_key: &str) -> Result<(tg_onnx::Imported, Vec<String>), ModelError> {
         let shapes: HashMap<String, Vec<usize>> = inputs.iter().map(|(k, v)| (k.clone(), v.shape.clone())).collect();
         let values: HashMap<String, Value> = self.inputs.iter().map(|(s, ty)| (s.name.clone(), value(&inputs[&s.name], *ty))).collect();
         let small = |bound: &[String]| -> (HashMap<String, Vec<usize>>, HashMap<String, Value>) {
             let vals: HashMap<String, Value> = values.iter().filter(|(k, _)| bound.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
             (shapes.iter().filter(|(k, _)| !bound.contains(k)).map(|(k, v)| (k.clone(), v.clone())).collect(), vals)
         };
-        let (imported, bound) = match self.bound.get(&shape_key) {
+        Ok(match self.bound.get(shape_key) {
             Some(bound) => {
                 let (s, v) = small(bound);
                 (tg_onnx::import_with(&self.model, &s, &v)?, bound.clone())
@@ -154,13 +172,7 @@ impl Onnx {
                 }
                 r => (r?, Vec::new()),
             },
-        };
-        let import_ms = t.elapsed().as_secs_f64() * 1e3;
-        let key = format!("{shape_key}{}", bound_key(&bound));
-        self.bound.insert(shape_key, bound.clone());
-        let graph = imported.graph;
-        self.plans.get_or_compile(key.clone(), Arc::new(imported.weights), || Ok(graph))?;
-        Ok((key, bound, import_ms))
+        })
     }
 }
 
@@ -197,6 +209,14 @@ impl Model for Onnx {
         let mut times = self.plans.stats().since(before);
         times.graph_ms += import_ms;
         Ok(times)
+    }
+
+    fn graphs(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<tg_ir::Graph>, ModelError> {
+        check_inputs(&self.path, &self.specs(), inputs)?;
+        let shape_key = self.shape_key(inputs);
+        let (imported, bound) = self.import_for(inputs, &shape_key)?;
+        self.bound.insert(shape_key, bound);
+        Ok(vec![imported.graph])
     }
 
     fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {

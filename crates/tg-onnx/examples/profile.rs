@@ -4,6 +4,9 @@
 //! steps, largest first.
 //!
 //! `cargo run --release -p tg-onnx --example profile -- MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N] [--no-rules FAMILY,..]`
+//!
+//! It plans as the front ends do: with this machine's kernel profile (`tg profile`), another
+//! named by `TG_PROFILE=PATH`, or the built-in estimate with `TG_PROFILE=off`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -46,6 +49,11 @@ fn main() {
     let imp = tg_onnx::import(&m, &shapes).unwrap_or_else(|e| fail(&e));
     let cpu = tg_devices::open("cpu", threads).unwrap_or_else(|e| fail(&e));
     let mut opts = tg_compiler::CompileOptions::default();
+    // Kernel times as the front ends plan with: this machine's profile (`TG_PROFILE=PATH`
+    // names another, `TG_PROFILE=off` the built-in estimate).
+    let (cost, why) = tg_compiler::CostSource::for_this_machine();
+    eprintln!("cost: {}", why.as_deref().unwrap_or(if matches!(cost, tg_compiler::CostSource::Estimate) { "the built-in estimate" } else { "this machine's profile" }));
+    opts.cost = cost;
     opts.rewrite.disabled = disabled;
     let c = tg_compiler::compile(&imp.graph, std::slice::from_ref(&cpu), &opts).unwrap_or_else(|e| fail(&e));
     if let Some(r) = &c.report.rewrite {
