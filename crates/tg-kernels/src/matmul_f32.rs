@@ -259,10 +259,16 @@ unsafe fn gemm_dot<S: Simd, const NR: usize>(
     }
 }
 
+/// Rows of the axpy form's register tile with 8-lane vectors (AVX2): 6 rows × 2 vectors are
+/// 12 accumulators of the 16 registers, enough independent FMAs to cover their latency on
+/// both FMA ports (4 rows, 8 accumulators, leave a fifth of the peak unused). With 16 lanes
+/// (AVX-512) the tile is 4 rows × 4 vectors.
+const AVX2_ROWS: usize = 6;
+
 /// One matrix product in axpy form: `b` rows contiguous along `n` (`b_rs` between rows); `a`
 /// has arbitrary strides.
 #[inline(always)]
-unsafe fn gemm_axpy<S: Simd, const NV: usize>(
+unsafe fn gemm_axpy<S: Simd, const NV: usize, const MX: usize>(
     a: *const f32,
     a_rs: usize,
     a_cs: usize,
@@ -276,7 +282,7 @@ unsafe fn gemm_axpy<S: Simd, const NV: usize>(
 ) {
     let mut i = rows.start;
     while i < rows.end {
-        let mr = (rows.end - i).min(MR);
+        let mr = (rows.end - i).min(MX);
         #[inline(always)]
         unsafe fn tile<S: Simd, const NV: usize, const M: usize>(
             a: *const f32,
@@ -310,7 +316,9 @@ unsafe fn gemm_axpy<S: Simd, const NV: usize>(
             1 => tile::<S, NV, 1>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
             2 => tile::<S, NV, 2>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
             3 => tile::<S, NV, 3>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
-            _ => tile::<S, NV, 4>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            4 => tile::<S, NV, 4>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            5 => tile::<S, NV, 5>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
+            _ => tile::<S, NV, 6>(a, a_rs, a_cs, b, b_rs, c, n, k, i, cols),
         }
         i += mr;
     }
@@ -348,9 +356,9 @@ pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usiz
         unsafe fn run<S: SimdDecode>(self) {
             let PanelTask { a, a_rs, rows, panel, w, k, c, ldc } = self;
             if S::LANES >= 16 {
-                gemm_axpy::<S, 4>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+                gemm_axpy::<S, 4, 4>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
             } else {
-                gemm_axpy::<S, 2>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+                gemm_axpy::<S, 2, AVX2_ROWS>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
             }
         }
     }
@@ -400,16 +408,16 @@ impl IsaTask for F32Task<'_> {
                 }
                 let c0 = c.add(cols.start);
                 if S::LANES >= 16 {
-                    gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                    gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
                 } else {
-                    gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                    gemm_axpy::<S, 2, AVX2_ROWS>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
                 }
                 PANEL.with(|cell| cell.replace(panel));
             }
             Form::Axpy if S::LANES >= 16 => {
-                gemm_axpy::<S, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols)
+                gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols)
             }
-            Form::Axpy => gemm_axpy::<S, 2>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols),
+            Form::Axpy => gemm_axpy::<S, 2, AVX2_ROWS>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols),
         }
     }
 }
