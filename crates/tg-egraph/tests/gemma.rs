@@ -102,7 +102,8 @@ fn report_line(what: &str, out: &tg_egraph::Rewritten) {
 /// quiet machine; under CI's load the 250 ms budget could stop the search at its first plan
 /// (1.3 % dearer, 13 of 48 add + norm fusions), which says nothing about the rules.
 fn check_gemma_fusions(what: &str, g: &Graph, cfg: &Gemma3Config, final_add_fuses: bool) -> tg_egraph::Rewritten {
-    let ex = tg_egraph::PlannerExtractor { limits: tg_planner::Limits { time: std::time::Duration::from_secs(10), ..tg_egraph::PlannerExtractor::default().limits }, ..Default::default() };
+    let limits = tg_planner::Limits { time: std::time::Duration::from_secs(10), ..tg_egraph::PlannerExtractor::default().limits };
+    let ex = tg_egraph::PlannerExtractor { limits, ..Default::default() };
     let out = tg_egraph::rewrite_with(g, &RewriteOptions::default(), &ex).unwrap_or_else(|e| panic!("{what}: {e}"));
     report_line(what, &out);
     let s = &out.report.saturation;
