@@ -219,44 +219,22 @@ fn model_keys(a: &ProfileArgs, numerics: &[Numerics], profile: &Profile, opened:
     let path = a.model.clone().ok_or("--input: give the model it is for with --model")?;
     let home = opened.get(&a.device, 1)?;
     let mut model = tg_models::open(&path, tg_models::OpenOptions::on(vec![home])).map_err(|e| e.to_string())?;
-    let mut given: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    for spec in &a.inputs {
-        let (name, v) = spec.split_once('=').ok_or_else(|| format!("--input '{spec}': expected NAME=D0,D1,.. or NAME=FILE.npy"))?;
-        if given.insert(name.to_string(), v.to_string()).is_some() {
-            return Err(format!("--input {name} given twice"));
+    let given = crate::run::named_inputs(&a.inputs, "NAME=D0,D1,.. or NAME=FILE.npy")?;
+    let feed = crate::run::feed_inputs(&model.inputs(), given, |s, v| match v {
+        Some(v) if v.ends_with(".npy") => crate::run::npy_input(s, &v),
+        Some(v) => {
+            let shape: Vec<usize> = v
+                .split(',')
+                .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--input {}={v}: expected a shape D0,D1,.. (or a .npy file)", s.name)))
+                .collect::<Result<_, _>>()?;
+            zeros(s.elem, &shape)
         }
-    }
-    let specs = model.inputs();
-    let mut feed = std::collections::HashMap::new();
-    for s in &specs {
-        let t = match given.remove(&s.name) {
-            Some(v) if v.ends_with(".npy") => {
-                let npy = crate::run::read_npy(std::path::Path::new(&v))?;
-                if !crate::run::npy_fits(s.elem, &npy.descr) {
-                    return Err(format!("input '{}': the model takes {}, {v} holds {}", s.name, s.elem, npy.descr));
-                }
-                tg_ir::HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())?
-            }
-            Some(v) => {
-                let shape: Vec<usize> = v
-                    .split(',')
-                    .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--input {}={v}: expected a shape D0,D1,.. (or a .npy file)", s.name)))
-                    .collect::<Result<_, _>>()?;
-                zeros(s.elem, &shape)?
-            }
-            None => {
-                let fixed: Option<Vec<usize>> =
-                    s.dims.as_ref().and_then(|d| d.iter().map(|d| if let tg_models::Dim::Fixed(n) = d { Some(*n) } else { None }).collect::<Option<Vec<usize>>>());
-                let shape = fixed.ok_or_else(|| format!("no --input for the model's input '{}' ({}, {}): give its shape", s.name, s.shape_text(), s.elem))?;
-                zeros(s.elem, &shape)?
-            }
-        };
-        feed.insert(s.name.clone(), t);
-    }
-    if let Some(name) = given.keys().next() {
-        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        return Err(format!("--input {name}: the model has no input '{name}' (its inputs are: {})", names.join(", ")));
-    }
+        None => {
+            let fixed: Option<Vec<usize>> = s.dims.as_ref().and_then(|d| d.iter().map(|d| if let tg_models::Dim::Fixed(n) = d { Some(*n) } else { None }).collect());
+            let shape = fixed.ok_or_else(|| format!("no --input for the model's input '{}' ({}, {}): give its shape", s.name, s.shape_text(), s.elem))?;
+            zeros(s.elem, &shape)
+        }
+    })?;
     let graphs = model.graphs(&feed).map_err(|e| e.to_string())?;
     let shared = Arc::new(profile.clone());
     let threads = if tg_devices::kind_of(&a.device) == Some(tg_runtime::DeviceKind::Cpu) { a.threads.clone() } else { vec![1] };

@@ -36,13 +36,13 @@ pub struct RunArgs {
 }
 
 /// A `.npy` array: shape, and the data as the IR takes it.
-pub(crate) struct Npy {
-    pub(crate) shape: Vec<usize>,
-    pub(crate) descr: String,
-    pub(crate) data: HostData,
+struct Npy {
+    shape: Vec<usize>,
+    descr: String,
+    data: HostData,
 }
 
-pub(crate) fn read_npy(path: &Path) -> Result<Npy, String> {
+fn read_npy(path: &Path) -> Result<Npy, String> {
     let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |why: &str| format!("{}: not a .npy file this reader takes: {why}", path.display());
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
@@ -132,7 +132,7 @@ fn options(device: &str, threads: usize) -> Result<OpenOptions, String> {
 }
 
 /// Whether a `.npy` dtype feeds an input of `elem` (integers of either width feed either).
-pub(crate) fn npy_fits(elem: ElemType, descr: &str) -> bool {
+fn npy_fits(elem: ElemType, descr: &str) -> bool {
     match elem {
         ElemType::F32 => descr == "<f4",
         ElemType::I32 | ElemType::I64 => descr == "<i4" || descr == "<i8",
@@ -140,29 +140,56 @@ pub(crate) fn npy_fits(elem: ElemType, descr: &str) -> bool {
     }
 }
 
-pub fn run(a: RunArgs) -> Result<(), String> {
-    let t0 = Instant::now();
-    let mut model = tg_models::open(&a.model, options(&a.device, a.threads)?).map_err(|e| e.to_string())?;
-    let mut given: HashMap<String, Npy> = HashMap::new();
-    for spec in &a.inputs {
-        let (name, file) = spec.split_once('=').ok_or_else(|| format!("--input '{spec}': expected NAME=FILE.npy"))?;
-        if given.insert(name.to_string(), read_npy(Path::new(file))?).is_some() {
+/// `--input NAME=VALUE` arguments by name, each name given once (`form` says what VALUE is,
+/// for the error).
+pub(crate) fn named_inputs(args: &[String], form: &str) -> Result<HashMap<String, String>, String> {
+    let mut given = HashMap::new();
+    for spec in args {
+        let (name, v) = spec.split_once('=').ok_or_else(|| format!("--input '{spec}': expected {form}"))?;
+        if given.insert(name.to_string(), v.to_string()).is_some() {
             return Err(format!("--input {name} given twice"));
         }
     }
-    let specs = model.inputs();
+    Ok(given)
+}
+
+/// The tensor of input `s` read from a `.npy` file, whose dtype must feed it.
+pub(crate) fn npy_input(s: &TensorSpec, file: &str) -> Result<HostTensor, String> {
+    let npy = read_npy(Path::new(file))?;
+    if !npy_fits(s.elem, &npy.descr) {
+        return Err(format!("input '{}': the model takes {}, {file} holds {}", s.name, s.elem, npy.descr));
+    }
+    HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())
+}
+
+/// The feed of every input in `specs` from the `--input`s given (`make` builds one from its
+/// value, or from nothing when it was not given); a given name the model does not have is
+/// refused with the names it has.
+pub(crate) fn feed_inputs(
+    specs: &[TensorSpec],
+    mut given: HashMap<String, String>,
+    mut make: impl FnMut(&TensorSpec, Option<String>) -> Result<HostTensor, String>,
+) -> Result<HashMap<String, HostTensor>, String> {
     let mut feed = HashMap::new();
-    for s in &specs {
-        let npy = given.remove(&s.name).ok_or_else(|| format!("no --input for the model's input '{}' ({}, {})", s.name, s.shape_text(), s.elem))?;
-        if !npy_fits(s.elem, &npy.descr) {
-            return Err(format!("input '{}': the model takes {}, the file holds {}", s.name, s.elem, npy.descr));
-        }
-        feed.insert(s.name.clone(), HostTensor::new(&npy.shape, npy.data).map_err(|e| e.to_string())?);
+    for s in specs {
+        let v = given.remove(&s.name);
+        feed.insert(s.name.clone(), make(s, v)?);
     }
     if let Some(name) = given.keys().next() {
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         return Err(format!("--input {name}: the model has no input '{name}' (its inputs are: {})", names.join(", ")));
     }
+    Ok(feed)
+}
+
+pub fn run(a: RunArgs) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut model = tg_models::open(&a.model, options(&a.device, a.threads)?).map_err(|e| e.to_string())?;
+    let given = named_inputs(&a.inputs, "NAME=FILE.npy")?;
+    let feed = feed_inputs(&model.inputs(), given, |s, v| {
+        let file = v.ok_or_else(|| format!("no --input for the model's input '{}' ({}, {})", s.name, s.shape_text(), s.elem))?;
+        npy_input(s, &file)
+    })?;
     let open_ms = t0.elapsed().as_secs_f64() * 1e3;
     let times = model.compile(&feed).map_err(|e| e.to_string())?;
     // As before: "import" is reading the model and the inputs and building (importing) the
