@@ -109,8 +109,18 @@ fn cpu_model() -> String {
 }
 
 fn host_memory() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+/// Bytes of host memory the kernel says can be allocated without swapping
+/// (`MemAvailable`), when known.
+fn available_memory() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
+fn meminfo(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = s.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
 
@@ -143,7 +153,13 @@ impl Device for CpuDevice {
         cpu_registry()
     }
 
+    /// Allocates zeroed, 64-byte aligned host memory. A request larger than the memory the
+    /// host has available (`MemAvailable`) is refused up front: Linux overcommits, so the
+    /// reservation itself would succeed and the process be killed when the pages are touched.
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, DeviceError> {
+        if let Some(avail) = available_memory().filter(|&a| bytes as u64 > a) {
+            return Err(DeviceError::OutOfMemory { device: "cpu".into(), bytes, limit: Some(avail) });
+        }
         let oom = || DeviceError::OutOfMemory { device: "cpu".into(), bytes, limit: host_memory() };
         let n = bytes.div_ceil(64);
         let mut lines = Vec::new();
