@@ -1,5 +1,6 @@
 //! Where downloaded models live: one rule shared by `tg`, the Python package and the fetch
-//! scripts (`scripts/fetch_model.py`, `scripts/fetch_embedding_model.py`).
+//! scripts (`scripts/fetch_model.py`, `scripts/fetch_embedding_model.py`,
+//! `scripts/fetch_onnx_models.py`).
 
 use std::path::PathBuf;
 
@@ -20,4 +21,24 @@ pub fn cache_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(|| PathBuf::from(".cache"));
     base.join("tensor-graphs").join("models")
+}
+
+/// Folder name of the ONNX target models (terrain UNet, openwakeword's audio models) in
+/// the ONNX cache, as `scripts/fetch_onnx_models.py` lays it out.
+pub const ONNX_MODELS: &str = "models-1";
+
+/// The ONNX cache: `$TG_CACHE_DIR/onnx`, else `$XDG_CACHE_HOME/tensor-graphs/onnx`, else
+/// `~/.cache/tensor-graphs/onnx` (next to [`cache_dir`]).
+pub fn onnx_cache_dir() -> PathBuf {
+    let models = cache_dir();
+    models.parent().map_or_else(|| PathBuf::from("onnx"), |p| p.join("onnx"))
+}
+
+/// The folder of the ONNX target models: `$TG_ONNX_MODELS` when set, else
+/// [`onnx_cache_dir`]`/`[`ONNX_MODELS`]. A folder is complete once it holds `.complete`.
+pub fn onnx_models_dir() -> PathBuf {
+    match std::env::var_os("TG_ONNX_MODELS") {
+        Some(d) => PathBuf::from(d),
+        None => onnx_cache_dir().join(ONNX_MODELS),
+    }
 }

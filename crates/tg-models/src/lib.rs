@@ -8,7 +8,9 @@
 //! [`Gemma3`] loads a GGUF file, compiles that graph per sequence length and runs it.
 //! [`EmbeddingGemma`] runs the same layers as a bidirectional encoder with the
 //! sentence-transformers pooling, dense and normalisation modules, from safetensors.
-//! [`onnx::Onnx`] runs any ONNX file through the importer.
+//! [`onnx::Onnx`] runs any ONNX file through the importer; [`terrain`] samples terrain
+//! heightmaps with the diffusion UNet and [`audio`] embeds speech and scores wake words
+//! with openwakeword's models, both on top of it.
 //!
 //! Every model is also a [`Model`] (named tensors in, named tensors out, plans compiled per
 //! input shape), and [`open`] finds the kind of a path in [`KINDS`]: the front ends
@@ -19,6 +21,7 @@
 //! [`KINDS`]); see `docs/models.md`.
 #![warn(missing_docs)]
 
+pub mod audio;
 pub mod cache;
 pub mod embedding_gemma;
 pub mod gemma3;
@@ -26,6 +29,7 @@ mod generate;
 pub mod layers;
 mod model;
 pub mod onnx;
+pub mod terrain;
 mod plans;
 mod registry;
 mod session;

@@ -142,6 +142,13 @@ impl Onnx {
         Ok((key, bound, import_ms))
     }
 
+    /// Bytes of working memory (arenas) of the plan for these inputs, compiling it when it
+    /// is not cached.
+    pub fn plan_bytes(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<usize, ModelError> {
+        let (key, _, _) = self.plan_key(inputs)?;
+        self.plans.get_mut(&key).map(|e| e.arena_bytes()).ok_or_else(|| ModelError::Request("internal: the plan just compiled is not cached".into()))
+    }
+
     /// The key of these inputs' shapes (the cache of which inputs are bound).
     fn shape_key(&self, inputs: &HashMap<String, HostTensor>) -> String {
         self.inputs.iter().map(|(s, _)| format!("{}{:?};", s.name, inputs[&s.name].shape)).collect()
