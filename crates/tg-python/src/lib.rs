@@ -29,6 +29,7 @@ mod convert;
 mod errors;
 mod graph;
 mod json;
+mod media;
 mod models;
 mod planner;
 mod session;
@@ -42,6 +43,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compiled::Compiled>()?;
     m.add_class::<models::PyGemma3>()?;
     m.add_class::<models::PyEmbeddingGemma>()?;
+    m.add_class::<media::PyTerrainDiffusion>()?;
+    m.add_class::<media::PyAudioEmbedder>()?;
     m.add_class::<models::TokenStream>()?;
     m.add_class::<models::Token>()?;
     m.add_class::<session::ModelSession>()?;

@@ -34,7 +34,7 @@ Errors are subclasses of :class:`TensorGraphsError` (see :mod:`tensor_graphs.err
 The GIL is released while the engine computes.
 """
 
-from ._native import Compiled, EmbeddingGemma, Gemma3, Token, TokenStream, __version__, default_threads, plan_problem
+from ._native import AudioEmbedder, Compiled, EmbeddingGemma, Gemma3, TerrainDiffusion, Token, TokenStream, __version__, default_threads, plan_problem
 from . import errors, fused, onnx
 from ._session import Session, TensorInfo, kinds, load
 from .errors import (
@@ -64,6 +64,8 @@ __all__ = [
     "__version__",
     "Compiled",
     "Gemma3",
+    "TerrainDiffusion",
+    "AudioEmbedder",
     "EmbeddingGemma",
     "Token",
     "TokenStream",

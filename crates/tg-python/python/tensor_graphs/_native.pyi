@@ -204,6 +204,40 @@ class EmbeddingGemma:
     def explain(self) -> Optional[Dict[str, Any]]:
         """The compiler's report for the most recent plan."""
 
+class TerrainDiffusion:
+    """Terrain heightmaps (128×128) from the terrain diffusion consistency UNet."""
+
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, devices: Sequence[str] = ...) -> TerrainDiffusion:
+        """Loads the UNet file or its folder, else ``$TG_ONNX_MODELS``, else the cache's."""
+    def generate(
+        self,
+        difficulty: Union[int, Sequence[int]],
+        seed: int = 0,
+        steps: int = 1,
+        batch: int = 1,
+        noise: Optional[npt.NDArray[np.float32]] = None,
+        init: Optional[npt.NDArray[np.float32]] = None,
+        strength: float = 0.5,
+        metres: bool = False,
+    ) -> npt.NDArray[np.float32]:
+        """``(batch, 128, 128)``: the UNet's values, or heights in metres with ``metres``."""
+    @property
+    def path(self) -> Path: ...
+
+class AudioEmbedder:
+    """Speech embeddings and wake-word scores with openwakeword's ONNX models."""
+
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, wakewords: Sequence[str] = ..., threads: int = 0, devices: Sequence[str] = ...) -> AudioEmbedder:
+        """Loads the models folder, else ``$TG_ONNX_MODELS``, else the cache's."""
+    def embed(self, samples: Union[npt.NDArray[np.int16], npt.NDArray[np.float32]], sample_rate: int = 16000) -> npt.NDArray[np.float32]:
+        """``(windows, 96)`` embeddings (int16 samples, or float32 with full scale ±1)."""
+    def scores(self, samples: Union[npt.NDArray[np.int16], npt.NDArray[np.float32]], sample_rate: int = 16000) -> Dict[str, npt.NDArray[np.float32]]:
+        """Per wake word, ``(windows,)`` scores."""
+    @property
+    def wakewords(self) -> List[str]: ...
+    @property
+    def path(self) -> Path: ...
+
 MODEL_KINDS: List[Tuple[str, str]]
 
 _Spec = Tuple[str, Optional[List[Optional[int]]], str, Optional[List[Optional[str]]], Dict[str, int]]
