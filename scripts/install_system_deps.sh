@@ -2,7 +2,8 @@
 # System packages the test suite needs:
 # - an OpenCL runtime on the CPU (Debian's PoCL with the ICD loader and clinfo), so the OpenCL
 #   device's kernels and models run without a GPU;
-# - Debian's Chromium, headless, to render the HTML plan reports in a real browser.
+# - Debian's Chromium, headless, to render the HTML plan reports in a real browser;
+# - Debian's espeak-ng, to speak the test audio of the audio models (wake word, rates).
 # Installs only what is missing (judged by what works: a loader that clinfo finds platforms
 # through; a chromium that prints its version); needs root or sudo. Prints what it did.
 set -euo pipefail
@@ -11,8 +12,9 @@ browser() { command -v chromium >/dev/null 2>&1 && chromium --headless --no-sand
 need=()
 if [ "$(platforms)" = "0" ]; then need+=(ocl-icd-libopencl1 pocl-opencl-icd clinfo); fi
 if ! browser; then need+=(chromium); fi
+if ! command -v espeak-ng >/dev/null 2>&1; then need+=(espeak-ng); fi
 if [ "${#need[@]}" -eq 0 ]; then
-    echo "system deps: OpenCL present: $(clinfo -l 2>/dev/null | tr '\n' ' '); $(chromium --headless --no-sandbox --version 2>/dev/null)"
+    echo "system deps: OpenCL present: $(clinfo -l 2>/dev/null | tr '\n' ' '); $(chromium --headless --no-sandbox --version 2>/dev/null); $(espeak-ng --version)"
     exit 0
 fi
 SUDO=""
@@ -35,4 +37,8 @@ if ! browser; then
     echo "system deps: chromium does not run after installing it" >&2
     exit 1
 fi
-echo "system deps: OpenCL present: $(clinfo -l 2>/dev/null | tr '\n' ' '); $(chromium --headless --no-sandbox --version 2>/dev/null)"
+if ! command -v espeak-ng >/dev/null 2>&1; then
+    echo "system deps: espeak-ng missing after installing it" >&2
+    exit 1
+fi
+echo "system deps: OpenCL present: $(clinfo -l 2>/dev/null | tr '\n' ' '); $(chromium --headless --no-sandbox --version 2>/dev/null); $(espeak-ng --version)"
