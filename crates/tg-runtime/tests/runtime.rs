@@ -368,3 +368,26 @@ fn missing_input_is_an_error_and_leaves_states_unchanged() {
     check(ex.run_with_states(&rows_only, &mut states));
     assert_eq!(states.read("kv").expect("read").expect("held"), before);
 }
+
+/// The CPU device's workers flush subnormals to zero (operands and results), so plans do not
+/// slow down a hundredfold on the values a softmax or SiLU produce; the caller's thread keeps
+/// gradual underflow.
+#[test]
+fn cpu_workers_flush_subnormals() {
+    use std::hint::black_box;
+    let tiny = || black_box(1e-30f32) * black_box(1e-10f32);
+    let sub = f32::from_bits(1); // the smallest subnormal, as an operand
+    let caller = (tiny(), black_box(sub) * black_box(2.0f32));
+    assert!(caller.0 > 0.0 && caller.1 > 0.0, "the caller's thread must keep gradual underflow: {caller:?}");
+    let dev = CpuDevice::new(2).unwrap();
+    let mut seen = Vec::new();
+    dev.scope(&mut || {
+        let (a, b) = rayon::join(|| (tiny(), black_box(sub) * black_box(2.0f32)), || (tiny(), black_box(sub) * black_box(2.0f32)));
+        seen = vec![a, b];
+    });
+    for (result, operand) in seen {
+        assert_eq!(result, 0.0, "a subnormal result on a worker");
+        assert_eq!(operand, 0.0, "a subnormal operand on a worker");
+    }
+    assert!(tiny() > 0.0, "the caller's thread is left as it was");
+}
