@@ -74,6 +74,83 @@ pub fn mel_bucket(frames: usize) -> usize {
 /// Windows per run of the embedding model, largest first.
 const EMBED_BATCHES: &[usize] = &[32, 8, 1];
 
+/// Windows per run of the sliding embedding model ([`sliding_model`]), largest first: a run
+/// of `n` windows reads `76 + 8·(n − 1)` frames (128 windows: 10.9 s of audio).
+const SLIDING_WINDOWS: &[usize] = &[128, 16];
+
+/// The values of an integer initializer (raw little-endian or `int64_data`).
+fn ints(t: &tg_onnx::proto::TensorProto) -> Option<Vec<i64>> {
+    match &t.raw_data {
+        Some(r) if !r.is_empty() => (r.len() % 8 == 0).then(|| r.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())).collect()),
+        _ => Some(t.int64_data.clone()),
+    }
+}
+
+/// The embedding model rewritten to embed every window of a whole sequence of frames in one
+/// run, when it is openwakeword's speech_embedding model; `None` for any other graph.
+///
+/// That model is convolutional along time with no padding in time, and its three poolings
+/// that stride in time (by 2 each) make its total stride 8 frames — the stride of the
+/// windows. So on a sequence of `76 + 8·(n − 1)` frames, output position `j` of the last
+/// layer sees exactly the frames of window `j` through the same weights in the same order:
+/// the `n` windows' embeddings, with the 9.5-fold overlap of neighbouring windows computed
+/// once instead of for every window. Two reshapes pin the window length, and are rewritten:
+/// the first (`[−1, 1, 76, 34]`, the padded frames as one NCHW plane) becomes
+/// `[1, 1, −1, 34]`; the last (`[−1, 1, 1, 96]`, one window's channels as its embedding)
+/// becomes a transpose of `[1, 96, n, 1]` to `[1, n, 1, 96]`. The input's declared shape
+/// becomes `[1, frames, 32, 1]`.
+pub fn sliding_model(m: &tg_onnx::OnnxModel) -> Option<tg_onnx::OnnxModel> {
+    use tg_onnx::proto::{tensor_shape_proto::dimension::Value as D, type_proto::Value as T};
+    let mut p = m.proto().clone();
+    let g = p.graph.as_mut()?;
+    if g.input.len() != 1 + g.initializer.iter().filter(|t| g.input.iter().any(|i| i.name == t.name)).count() || g.output.len() != 1 {
+        return None;
+    }
+    let out_name = g.output[0].name.clone()?;
+    let reshapes: Vec<usize> = (0..g.node.len()).filter(|&i| g.node[i].op_type.as_deref() == Some("Reshape")).collect();
+    let [first, last] = reshapes[..] else { return None };
+    let shape_of = |g: &tg_onnx::proto::GraphProto, i: usize| -> Option<(usize, Vec<i64>)> {
+        let name = g.node[i].input.get(1)?;
+        let k = g.initializer.iter().position(|t| t.name.as_ref() == Some(name))?;
+        Some((k, ints(&g.initializer[k])?))
+    };
+    let (k1, s1) = shape_of(g, first)?;
+    let (_, s2) = shape_of(g, last)?;
+    let (w, e) = (WINDOW as i64, EMBED_DIM as i64);
+    if s1.len() != 4 || s1[..3] != [-1, 1, w] || s2 != [-1, 1, 1, e] || g.node[last].output.first() != Some(&out_name) {
+        return None;
+    }
+    // The first reshape's target must be read by it alone.
+    let target = g.node[first].input[1].clone();
+    if g.node.iter().filter(|n| n.input.contains(&target)).count() != 1 {
+        return None;
+    }
+    let t = &mut g.initializer[k1];
+    t.raw_data = None;
+    t.int64_data = vec![1, 1, -1, s1[3]];
+    let n = &mut g.node[last];
+    n.op_type = Some("Transpose".into());
+    n.input.truncate(1);
+    n.attribute = vec![tg_onnx::proto::AttributeProto {
+        name: Some("perm".into()),
+        r#type: Some(tg_onnx::proto::attribute_proto::AttributeType::Ints as i32),
+        ints: vec![0, 2, 3, 1],
+        ..Default::default()
+    }];
+    let input = g.input.iter_mut().find(|i| !g.initializer.iter().any(|t| t.name == i.name))?;
+    let Some(T::TensorType(tt)) = input.r#type.as_mut()?.value.as_mut() else { return None };
+    let dims = &mut tt.shape.as_mut()?.dim;
+    if dims.len() != 4 {
+        return None;
+    }
+    dims[0].value = Some(D::DimValue(1));
+    dims[1].value = Some(D::DimParam("frames".into()));
+    if let Some(T::TensorType(ot)) = g.output[0].r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        ot.shape = None;
+    }
+    tg_onnx::OnnxModel::from_proto(m.path.clone(), p).ok()
+}
+
 /// Windows of one clip and their embeddings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AudioEmbeddings {
@@ -155,6 +232,10 @@ pub struct AudioEmbedder {
     dir: PathBuf,
     mel: Onnx,
     embed: Onnx,
+    /// The embedding model over whole sequences ([`sliding_model`]), when the model allows
+    /// it and [`AudioEmbedder::set_sliding`] has not switched it off.
+    sliding: Option<Onnx>,
+    sliding_on: bool,
     wakewords: Vec<(String, Onnx)>,
     /// The embedding of silence (the history before the first windows).
     silence: Option<Vec<f32>>,
@@ -191,14 +272,31 @@ impl AudioEmbedder {
             }
         };
         let mel = Onnx::open(file(MEL_FILE)?, devices.clone())?;
-        let embed = Onnx::open(file(EMBED_FILE)?, devices)?;
-        Ok(AudioEmbedder { dir, mel, embed, wakewords: Vec::new(), silence: None })
+        let embed = Onnx::open(file(EMBED_FILE)?, devices.clone())?;
+        let sliding = sliding_model(embed.model()).map(|m| Onnx::from_model(m, devices)).transpose()?;
+        Ok(AudioEmbedder { dir, mel, embed, sliding, sliding_on: true, wakewords: Vec::new(), silence: None })
+    }
+
+    /// Whether clips embed their windows through the sliding model ([`sliding_model`]: one
+    /// run over the frames of many windows; on by default) or window by window, as
+    /// openwakeword does (the same embeddings, about 9 times the work).
+    pub fn set_sliding(&mut self, on: bool) {
+        self.sliding_on = on;
+    }
+
+    /// Whether windows are embedded through the sliding model (it applies to this model
+    /// file and is switched on).
+    pub fn sliding(&self) -> bool {
+        self.sliding_on && self.sliding.is_some()
     }
 
     /// Compile options of the plans compiled from now on (every model).
     pub fn set_compile_options(&mut self, options: CompileOptions) {
         self.mel.set_compile_options(options.clone());
         self.embed.set_compile_options(options.clone());
+        if let Some(m) = &mut self.sliding {
+            m.set_compile_options(options.clone());
+        }
         for (_, m) in &mut self.wakewords {
             m.set_compile_options(options.clone());
         }
@@ -208,6 +306,9 @@ impl AudioEmbedder {
     pub fn set_plan_store(&mut self, store: Option<tg_compiler::PlanStore>) {
         self.mel.set_plan_store(store.clone());
         self.embed.set_plan_store(store.clone());
+        if let Some(m) = &mut self.sliding {
+            m.set_plan_store(store.clone());
+        }
         for (_, m) in &mut self.wakewords {
             m.set_plan_store(store.clone());
         }
@@ -278,6 +379,9 @@ impl AudioEmbedder {
     /// Embeddings of the windows of `mel` (`[frames, 32]`).
     pub fn embed_mel(&mut self, mel: &[f32]) -> Result<AudioEmbeddings, ModelError> {
         let windows = windows_in(mel.len() / MEL_BANDS);
+        if self.sliding() && windows >= SLIDING_WINDOWS[SLIDING_WINDOWS.len() - 1] / 2 {
+            return self.embed_sliding(mel, windows);
+        }
         let input = input_name(&self.embed)?;
         let per = WINDOW * MEL_BANDS;
         let mut data = Vec::with_capacity(windows * EMBED_DIM);
@@ -295,6 +399,32 @@ impl AudioEmbedder {
             }
             data.extend_from_slice(&y);
             w += b;
+        }
+        Ok(AudioEmbeddings { windows, data })
+    }
+
+    /// [`Self::embed_mel`] through the sliding model: runs of [`SLIDING_WINDOWS`] windows,
+    /// the last one's frames past the clip zero (the windows they reach are dropped).
+    fn embed_sliding(&mut self, mel: &[f32], windows: usize) -> Result<AudioEmbeddings, ModelError> {
+        let Some(m) = self.sliding.as_mut() else { return Err(ModelError::Request("internal: no sliding model".into())) };
+        let input = input_name(m)?;
+        let mut data = Vec::with_capacity(windows * EMBED_DIM);
+        let mut w = 0;
+        while w < windows {
+            let left = windows - w;
+            let n = SLIDING_WINDOWS.iter().copied().find(|&n| n <= left || n / 2 < left).unwrap_or(SLIDING_WINDOWS[SLIDING_WINDOWS.len() - 1]);
+            let frames = WINDOW + STRIDE * (n - 1);
+            let f0 = w * STRIDE * MEL_BANDS;
+            let mut x = vec![0f32; frames * MEL_BANDS];
+            let have = (mel.len() - f0).min(x.len());
+            x[..have].copy_from_slice(&mel[f0..f0 + have]);
+            let y = run1(m, &input, tensor(&[1, frames, MEL_BANDS, 1], x)?)?;
+            if y.len() < n * EMBED_DIM {
+                return Err(ModelError::Architecture { file: m.path().display().to_string(), detail: format!("the sliding model gave {} values for {n} windows", y.len()) });
+            }
+            let take = n.min(left);
+            data.extend_from_slice(&y[..take * EMBED_DIM]);
+            w += take;
         }
         Ok(AudioEmbeddings { windows, data })
     }

@@ -94,8 +94,15 @@ impl Onnx {
         if devices.is_empty() {
             return Err(ModelError::Request("no devices to run on".into()));
         }
-        let path = path.as_ref().to_path_buf();
-        let model = OnnxModel::open(&path)?;
+        Self::from_model(OnnxModel::open(path.as_ref())?, devices)
+    }
+
+    /// A decoded (possibly edited) model, as [`Onnx::open`] makes one of a file.
+    pub fn from_model(model: OnnxModel, devices: Vec<Arc<dyn Device>>) -> Result<Onnx, ModelError> {
+        if devices.is_empty() {
+            return Err(ModelError::Request("no devices to run on".into()));
+        }
+        let path = model.path.clone();
         let inputs = model.inputs().into_iter().map(|v| spec(v, &path, "input")).collect::<Result<_, _>>()?;
         let outputs = model.graph().output.iter().map(|v| spec(v, &path, "output").map(|s| s.0)).collect::<Result<_, _>>()?;
         Ok(Onnx { model, path, inputs, outputs, bound: HashMap::new(), plans: PlanCache::new(devices) })

@@ -131,6 +131,13 @@ impl OnnxModel {
         Ok(OnnxModel { path, proto, opset, external: Default::default() })
     }
 
+    /// A model from a decoded (for instance, edited) `proto`, checked as [`OnnxModel::open`]
+    /// checks a file; its external data is looked up next to `path`.
+    pub fn from_proto(path: PathBuf, proto: proto::ModelProto) -> Result<OnnxModel, OnnxError> {
+        use prost::Message;
+        Self::from_bytes(path, bytes::Bytes::from(proto.encode_to_vec()))
+    }
+
     /// The decoded model.
     pub fn proto(&self) -> &proto::ModelProto {
         &self.proto

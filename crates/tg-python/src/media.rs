@@ -181,10 +181,11 @@ impl PyAudioEmbedder {
     /// Loads the models from `path` (the folder holding melspectrogram.onnx and
     /// embedding_model.onnx), else `$TG_ONNX_MODELS`, else the cache's ONNX models folder;
     /// `wakewords`: classifiers to score (names in that folder, e.g. "hey_jarvis", or
-    /// paths).
+    /// paths); `sliding`: embed a clip's windows in runs over many windows' frames (the
+    /// default; False: window by window, as openwakeword does — the same embeddings).
     #[new]
-    #[pyo3(signature = (path=None, wakewords=Vec::new(), threads=0, devices=vec!["cpu".to_string()]))]
-    fn new(py: Python<'_>, path: Option<PathBuf>, wakewords: Vec<String>, threads: usize, devices: Vec<String>) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, wakewords=Vec::new(), threads=0, devices=vec!["cpu".to_string()], sliding=true))]
+    fn new(py: Python<'_>, path: Option<PathBuf>, wakewords: Vec<String>, threads: usize, devices: Vec<String>, sliding: bool) -> PyResult<Self> {
         let devs = crate::compiled::devices_named(&devices, threads)?;
         let mel = onnx_dir(path, tg_models::audio::MEL_FILE)?;
         let dir = mel.parent().map(PathBuf::from).unwrap_or_default();
@@ -193,6 +194,7 @@ impl PyAudioEmbedder {
             guard(|| {
                 let mut m = AudioEmbedder::open(&d, devs).map_err(errors::model)?;
                 m.set_compile_options(options());
+                m.set_sliding(sliding);
                 let names = wakewords.iter().map(|w| m.add_wakeword(w).map_err(errors::model)).collect::<Res<Vec<_>>>()?;
                 Ok((m, names))
             })

@@ -288,6 +288,17 @@ def test_embeddings_and_scores_match_onnxruntime(audio_model, reference, speech)
     assert audio_model.scores(to16k_int16(speech["jarvis"], speech["rate"]))["hey_jarvis"].max() > 0.5
 
 
+def test_sliding_windows_equal_window_by_window(onnx_models, audio_model, speech):
+    """The sliding embedding model (one run over many windows' frames) gives the windows'
+    own embeddings: the same sums in the same order as one window at a time."""
+    x = to16k_int16(np.concatenate([speech["jarvis"], speech["other"], speech["jarvis"]]), speech["rate"])
+    each = tg.AudioEmbedder(onnx_models, sliding=False).embed(x)
+    slid = audio_model.embed(x)
+    print(f"{len(each)} windows: max |sliding - window by window| {np.abs(slid - each).max():.2e}")
+    assert slid.shape == each.shape and len(each) > 128  # more than one sliding run
+    assert np.abs(slid - each).max() <= 1e-5 * np.abs(each).max()
+
+
 def test_noise_and_silence_score_low(audio_model):
     rng = np.random.default_rng(11)
     noise = (rng.standard_normal(3 * 16000) * 3000).astype(np.int16)

@@ -227,8 +227,9 @@ class TerrainDiffusion:
 class AudioEmbedder:
     """Speech embeddings and wake-word scores with openwakeword's ONNX models."""
 
-    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, wakewords: Sequence[str] = ..., threads: int = 0, devices: Sequence[str] = ...) -> AudioEmbedder:
-        """Loads the models folder, else ``$TG_ONNX_MODELS``, else the cache's."""
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, wakewords: Sequence[str] = ..., threads: int = 0, devices: Sequence[str] = ..., sliding: bool = True) -> AudioEmbedder:
+        """Loads the models folder, else ``$TG_ONNX_MODELS``, else the cache's; ``sliding=False``
+        embeds window by window (as openwakeword does) instead of in runs over many windows."""
     def embed(self, samples: Union[npt.NDArray[np.int16], npt.NDArray[np.float32]], sample_rate: int = 16000) -> npt.NDArray[np.float32]:
         """``(windows, 96)`` embeddings (int16 samples, or float32 with full scale ±1)."""
     def scores(self, samples: Union[npt.NDArray[np.int16], npt.NDArray[np.float32]], sample_rate: int = 16000) -> Dict[str, npt.NDArray[np.float32]]:
