@@ -393,14 +393,69 @@ pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights
 /// matmul's register tiles. The result of [`conv2d_gemm_f32`] (the same sums in the same
 /// order) without its `n·c·taps·oh·ow` scratch: the unfolded matrix never exists whole, and
 /// each panel is read from cache by every row tile of the weights.
+///
+/// A 3×3 window of stride 1 with enough channels (see [`winograd_applies`]) is computed
+/// by Winograd's F(2×2, 3×3) instead ([`conv2d_winograd_f32_with`]) unless `TG_WINOGRAD=off`.
 pub fn conv2d_implicit_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
-    conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, None, out)
+    conv2d_auto(g, groups, m, x, weights, None, out)
 }
 
 /// [`conv2d_implicit_f32`] with the fused epilogue `act(conv + bias[m])` applied to each
-/// block of the output right after it is computed (`bias` has `m` elements).
+/// block of the output right after it is computed (`bias` has `m` elements); Winograd where
+/// it applies, as there.
 pub fn conv2d_bias_act_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], bias: &[f32], act: crate::Act, out: &mut [f32]) -> Result<(), KernelError> {
-    conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, Some((bias, act)), out)
+    conv2d_auto(g, groups, m, x, weights, Some((bias, act)), out)
+}
+
+/// Whether Winograd is switched on (`TG_WINOGRAD=off` switches it off, for comparisons).
+fn winograd_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var("TG_WINOGRAD").as_deref(), Ok("off" | "0" | "false")))
+}
+
+/// Whether [`conv2d_winograd_f32_with`] computes this convolution (`groups` groups, `m`
+/// output channels): a 3×3 window of stride 1 and dilation 1, one group, padding of at most
+/// 1 per side, at least 16 input and output channels and an output plane of at least 128
+/// 2×2 tiles (e.g. 16×32) — where the matrix products outweigh the transforms.
+pub fn winograd_applies(g: &Window2d, groups: usize, m: usize) -> bool {
+    g.out_hw().is_ok_and(|o| crate::winograd::applies(g, groups, m, o))
+}
+
+fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
+    if winograd_on() && winograd_applies(g, groups, m) {
+        conv2d_winograd_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out)
+    } else {
+        conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out)
+    }
+}
+
+/// [`conv2d_f32`] (with the optional bias-and-activation epilogue of
+/// [`conv2d_bias_act_f32`]) by Winograd's F(2×2, 3×3), on an explicit ISA; an error where
+/// [`winograd_applies`] does not hold.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_winograd_f32_with(
+    isa: Isa,
+    g: &Window2d,
+    groups: usize,
+    m: usize,
+    x: &[f32],
+    weights: &[f32],
+    epilogue: Option<(&[f32], crate::Act)>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let isa = crate::isa::checked(isa)?;
+    let [oh, ow] = g.out_hw()?;
+    if !crate::winograd::applies(g, groups, m, [oh, ow]) {
+        return Err(KernelError::Shape(format!("conv2d (Winograd F(2x2, 3x3)): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels")));
+    }
+    if let Some((bias, _)) = epilogue {
+        check_len("conv2d: bias", m, bias.len())?;
+    }
+    check_len("conv2d: x", mul("conv2d: x", mul("conv2d: x", g.n, g.c)?, mul("conv2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
+    check_len("conv2d: weights", mul("conv2d: weights", m, g.c * 9)?, weights.len())?;
+    check_len("conv2d: out", mul("conv2d: out", mul("conv2d: out", g.n, m)?, mul("conv2d: out", oh, ow)?)?, out.len())?;
+    crate::winograd::conv3x3_winograd(isa, g, m, x, weights, epilogue, out);
+    Ok(())
 }
 
 /// [`conv2d_implicit_f32`] (with an optional bias-and-activation epilogue, see

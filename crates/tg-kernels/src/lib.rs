@@ -34,11 +34,15 @@ mod matmul_q;
 mod par;
 mod reduce;
 mod simd;
+mod winograd;
 
 pub use tg_quant::GgmlType;
 use thiserror::Error;
 
-pub use conv::{conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_bias_act_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with, Pool, Window2d};
+pub use conv::{
+    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
+    winograd_applies, Pool, Window2d,
+};
 pub use copy::copy_strided_f32;
 pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, has_simd_decoder, supports_type};
 pub use elementwise::{

@@ -355,14 +355,24 @@ pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usiz
         #[inline(always)]
         unsafe fn run<S: SimdDecode>(self) {
             let PanelTask { a, a_rs, rows, panel, w, k, c, ldc } = self;
-            if S::LANES >= 16 {
-                gemm_axpy::<S, 4, 4>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
-            } else {
-                gemm_axpy::<S, 2, AVX2_ROWS>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
-            }
+            gemm_panel_on::<S>(a, a_rs, rows, panel, w, k, c, ldc)
         }
     }
     run_on(isa, PanelTask { a, a_rs, rows, panel, w, k, c, ldc })
+}
+
+/// [`gemm_panel`] inside a kernel body already running on `S` (no dispatch).
+///
+/// # Safety
+/// As [`gemm_panel`]; the CPU supports `S`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_panel_on<S: Simd>(a: *const f32, a_rs: usize, rows: usize, panel: *const f32, w: usize, k: usize, c: *mut f32, ldc: usize) {
+    if S::LANES >= 16 {
+        gemm_axpy::<S, 4, 4>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+    } else {
+        gemm_axpy::<S, 2, AVX2_ROWS>(a, a_rs, 1, panel, w, c, ldc, k, 0..rows, 0..w)
+    }
 }
 
 thread_local! {

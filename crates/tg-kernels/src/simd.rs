@@ -68,6 +68,11 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn select_lt(a: Self::V, b: Self::V, t: Self::V, f: Self::V) -> Self::V;
     /// `|mag|` with the sign bit of `sign`.
     unsafe fn copysign(mag: Self::V, sign: Self::V) -> Self::V;
+    /// `(lo, hi)` with the lanes of `a` and `b` alternating: `lo = [a0, b0, a1, b1, ..]` (the
+    /// first `LANES`), `hi` the rest.
+    unsafe fn interleave(a: Self::V, b: Self::V) -> (Self::V, Self::V);
+    /// The inverse of [`Simd::interleave`]: the even and the odd lanes of `[lo, hi]`.
+    unsafe fn deinterleave(lo: Self::V, hi: Self::V) -> (Self::V, Self::V);
 
     /// Sum of all lanes (tree order).
     unsafe fn reduce_add(v: Self::V) -> f32;
@@ -177,6 +182,15 @@ mod tests {
                 let mx = data[j * l..(j + 1) * l].iter().cloned().fold(f32::MIN, f32::max);
                 assert_eq!(S::reduce_max(v[j]), mx, "reduce_max {j}");
             }
+            // interleave: [a0 b0 a1 b1 ..]; deinterleave undoes it.
+            let (lo, hi) = S::interleave(v[0], v[1]);
+            let both: Vec<f32> = lanes::<S>(lo).into_iter().chain(lanes::<S>(hi)).collect();
+            let want: Vec<f32> = (0..2 * l).map(|i| data[(i % 2) * l + i / 2]).collect();
+            assert_eq!(both, want, "interleave");
+            let (e, o) = S::deinterleave(v[2], v[3]);
+            let want_e: Vec<f32> = (0..l).map(|i| data[2 * l + 2 * i]).collect();
+            let want_o: Vec<f32> = (0..l).map(|i| data[2 * l + 2 * i + 1]).collect();
+            assert_eq!((lanes::<S>(e), lanes::<S>(o)), (want_e, want_o), "deinterleave");
             for n in 0..l {
                 let t = lanes::<S>(S::load_tail(data.as_ptr(), n));
                 assert_eq!(&t[..n], &data[..n]);

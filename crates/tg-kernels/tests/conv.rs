@@ -18,6 +18,11 @@
 //!   checked per element against `2·K·u·Σ|w·x|` (so exactly 0 where every tap reads padding),
 //!   and each case's NMSE against [`NMSE_MAX`] 1e-10 (random signs give relative errors ≈ √K·u,
 //!   NMSE ≈ 1e-12 for K = 400; a wrong or missing tap gives ≳ 1e-4).
+//! * conv by Winograd F(2×2, 3×3) (`conv2d_winograd_f32_with`, every ISA): the products are
+//!   taken of transformed inputs and filters (sums of up to 4 values, coefficients ±1, ±1/2)
+//!   and transformed back (sums of up to 9 products' sums), so each output carries the
+//!   rounding of those extra additions on top of the K-term sum: checked against
+//!   [`WINOGRAD_FACTOR`] times the direct bound, and NMSE ≤ 1e-10.
 //! * im2col: data movement, bit-exact (padding reads +0.0).
 //! * max pooling: exact (−∞ for a window entirely in padding).
 //! * average pooling: an f32 sum of the `t` taps inside the input then one division (Avg, by
@@ -29,13 +34,19 @@ mod common;
 use common::*;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with, Act, Isa, KernelError, Pool, Window2d,
+    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
+    winograd_applies, Act, Isa, KernelError, Pool, Window2d,
 };
 
 /// Unit roundoff of f32.
 const U: f64 = f32::EPSILON as f64 / 2.0;
 const THREADS: [usize; 2] = [1, 2];
 const NMSE_MAX: f64 = 1e-10;
+/// Winograd's bound over the direct one's: the input transform adds up to 4 values, the
+/// output transform up to 9 products' sums (each of magnitude up to 4·9/4 times a direct
+/// term's), 3 more roundings per value on the way; the worst measured ratio of error to the
+/// direct bound is printed by the test.
+const WINOGRAD_FACTOR: f64 = 4.0;
 
 fn base_seed() -> u64 {
     std::env::var("TG_SEED").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(20_261_202)
@@ -329,6 +340,63 @@ fn conv2d_matches_reference() {
         }
     }
     worst.print("conv2d");
+}
+
+/// Convolutions Winograd F(2×2, 3×3) computes: odd and even output sizes (partial tiles at
+/// the right and bottom edges), padding 0 and 1 on either side, planes narrower than a
+/// vector of tiles, several blocks of tile rows, batch 2, and enough work for 2 threads.
+fn winograd_cases() -> Vec<(&'static str, Window2d, usize)> {
+    vec![
+        ("[16,32] pad 1 c16 m16", win(1, 16, [16, 32], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
+        ("[17,31] pad 1 c16 m24 (odd edges)", win(2, 16, [17, 31], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 24),
+        ("[20,31] no pad c20 m17", win(1, 20, [20, 31], [3, 3], [1, 1], [1, 1], [0, 0], [0, 0]), 17),
+        ("[16,35] pad [1,0]+[0,1] c16 m32", win(2, 16, [16, 35], [3, 3], [1, 1], [1, 1], [1, 0], [0, 1]), 32),
+        ("[50,19] pad 1 c16 m16 (10 tiles a row: under a vector)", win(1, 16, [50, 19], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
+        ("[40,70] pad 1 c32 m40 (blocks, threads)", win(1, 32, [40, 70], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 40),
+        ("[6,300] pad 1 c16 m16 (a tile row longer than a block)", win(1, 16, [6, 300], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
+        ("[4,600] pad 1 c16 m16 (two tile rows longer than a block)", win(1, 16, [4, 600], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
+    ]
+}
+
+#[test]
+fn conv2d_winograd_matches_reference() {
+    let mut worst = Worst::default();
+    let mut ratio = 0f64;
+    for (case, (name, g, m)) in winograd_cases().into_iter().enumerate() {
+        assert!(winograd_applies(&g, 1, m), "{name}: Winograd should apply");
+        let mut r = case_rng(&format!("winograd {name}"), case as u64);
+        let [oh, ow] = out_hw(&g);
+        let x = uniform(&mut r, g.n * g.c * g.in_hw[0] * g.in_hw[1], -1.0, 1.0);
+        let w = uniform(&mut r, m * g.c * 9, -1.0, 1.0);
+        let (want, mag) = conv_ref(&g, 1, m, &x, &w);
+        let k = (g.c * 9) as f64;
+        let tol: Vec<f64> = mag.iter().map(|t| WINOGRAD_FACTOR * 2.0 * k * U * t).collect();
+        let bias = uniform(&mut r, m, -1.0, 1.0);
+        let p = oh * ow;
+        let want_b: Vec<f64> = want.iter().enumerate().map(|(i, &y)| (y + bias[(i / p) % m] as f64).max(0.0)).collect();
+        let tol_b: Vec<f64> = tol.iter().enumerate().map(|(i, &t)| t + 2.0 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64)).collect();
+        for isa in isas() {
+            for &t in &THREADS {
+                let mut out = vec![f32::NAN; want.len()];
+                pool(t).install(|| conv2d_winograd_f32_with(isa, &g, 1, m, &x, &w, None, &mut out)).unwrap_or_else(|e| panic!("winograd {name}: {e}"));
+                let e = check(&format!("conv {name} by Winograd on {isa:?}, {t} threads"), &out, &want, &tol);
+                worst.add(&format!("Winograd {isa:?}"), e);
+                for i in 0..want.len() {
+                    ratio = ratio.max((out[i] as f64 - want[i]).abs() / (2.0 * k * U * mag[i]));
+                }
+                let mut out = vec![f32::NAN; want.len()];
+                pool(t).install(|| conv2d_winograd_f32_with(isa, &g, 1, m, &x, &w, Some((&bias, Act::Relu)), &mut out)).unwrap_or_else(|e| panic!("winograd {name} + bias: {e}"));
+                check(&format!("conv {name} + bias, relu, by Winograd on {isa:?}, {t} threads"), &out, &want_b, &tol_b);
+            }
+        }
+    }
+    worst.print("conv2d (Winograd)");
+    println!("conv2d (Winograd): worst error / direct bound {ratio:.2} (allowed {WINOGRAD_FACTOR})");
+    // Where it does not apply, it says so.
+    let g = win(1, 16, [32, 32], [3, 3], [2, 2], [1, 1], [1, 1], [1, 1]);
+    let mut out = vec![0f32; 16 * 16 * 16];
+    assert!(!winograd_applies(&g, 1, 16));
+    is_err(conv2d_winograd_f32_with(Isa::Scalar, &g, 1, 16, &vec![0.0; 16 * 1024], &vec![0.0; 16 * 16 * 9], None, &mut out), "Winograd on stride 2");
 }
 
 #[test]

@@ -100,6 +100,21 @@ impl Simd for Avx2 {
         _mm256_or_ps(_mm256_andnot_ps(s, mag), _mm256_and_ps(s, sign))
     }
     #[inline(always)]
+    unsafe fn interleave(a: __m256, b: __m256) -> (__m256, __m256) {
+        // unpack works within 128-bit halves: [a0 b0 a1 b1 | a4 b4 a5 b5], [a2 b2 a3 b3 | a6 b6 a7 b7].
+        let (l, h) = (_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+        (_mm256_permute2f128_ps::<0x20>(l, h), _mm256_permute2f128_ps::<0x31>(l, h))
+    }
+    #[inline(always)]
+    unsafe fn deinterleave(lo: __m256, hi: __m256) -> (__m256, __m256) {
+        // shuffle works within halves: [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6]; then the 64-bit
+        // pairs in order 0, 2, 1, 3.
+        let e = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+        let o = _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi);
+        let fix = |v: __m256| _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)));
+        (fix(e), fix(o))
+    }
+    #[inline(always)]
     unsafe fn reduce_add(v: __m256) -> f32 {
         let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let d = _mm_add_ps(q, _mm_movehl_ps(q, q));

@@ -100,6 +100,19 @@ impl Simd for Avx512 {
         _mm512_or_ps(_mm512_andnot_ps(s, mag), _mm512_and_ps(s, sign))
     }
     #[inline(always)]
+    unsafe fn interleave(a: __m512, b: __m512) -> (__m512, __m512) {
+        // Index i < 16 picks a[i], 16 + i picks b[i].
+        let lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        let hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        (_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b))
+    }
+    #[inline(always)]
+    unsafe fn deinterleave(lo: __m512, hi: __m512) -> (__m512, __m512) {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        (_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi))
+    }
+    #[inline(always)]
     unsafe fn reduce_add(v: __m512) -> f32 {
         let h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v));
         let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));

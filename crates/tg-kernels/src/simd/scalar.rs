@@ -132,6 +132,25 @@ impl Simd for Scalar {
         zip(mag, sign, f32::copysign)
     }
     #[inline(always)]
+    unsafe fn interleave(a: [f32; L], b: [f32; L]) -> ([f32; L], [f32; L]) {
+        let mut r = [[0.0; L]; 2];
+        for i in 0..L {
+            r[2 * i / L][2 * i % L] = a[i];
+            r[(2 * i + 1) / L][(2 * i + 1) % L] = b[i];
+        }
+        (r[0], r[1])
+    }
+    #[inline(always)]
+    unsafe fn deinterleave(lo: [f32; L], hi: [f32; L]) -> ([f32; L], [f32; L]) {
+        let (mut e, mut o) = ([0.0; L], [0.0; L]);
+        for i in 0..L {
+            let (x, y) = (2 * i, 2 * i + 1);
+            e[i] = if x < L { lo[x] } else { hi[x - L] };
+            o[i] = if y < L { lo[y] } else { hi[y - L] };
+        }
+        (e, o)
+    }
+    #[inline(always)]
     unsafe fn reduce_add(v: Self::V) -> f32 {
         let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
         (a[0] + a[2]) + (a[1] + a[3])
