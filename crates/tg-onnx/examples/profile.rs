@@ -17,7 +17,7 @@ fn main() {
         eprintln!("usage: profile MODEL.onnx [NAME=D0,D1,...]... [--threads N] [--runs N] [--no-rules FAMILY,..]");
         std::process::exit(2);
     };
-    let (mut threads, mut runs) = (1usize, 5usize);
+    let (mut threads, mut runs, mut top) = (1usize, 5usize, 0usize);
     let mut disabled = std::collections::BTreeSet::new();
     let mut shapes: HashMap<String, Vec<usize>> = HashMap::new();
     let mut it = args[1..].iter();
@@ -25,6 +25,7 @@ fn main() {
         match a.as_str() {
             "--threads" => threads = it.next().and_then(|v| v.parse().ok()).unwrap_or(1),
             "--runs" => runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(5),
+            "--top" => top = it.next().and_then(|v| v.parse().ok()).unwrap_or(20),
             "--no-rules" => disabled.extend(it.next().map(String::as_str).unwrap_or_default().split(',').filter(|f| !f.is_empty()).map(String::from)),
             _ => {
                 let Some((n, d)) = a.split_once('=') else {
@@ -84,12 +85,21 @@ fn main() {
         feeds.insert(name.clone(), t);
     }
     exe.run(&feeds).unwrap_or_else(|e| fail(&e));
+    let t0 = std::time::Instant::now();
+    for _ in 0..runs {
+        exe.run(&feeds).unwrap_or_else(|e| fail(&e));
+    }
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3 / runs as f64;
     exe.set_profiling(true);
     let mut per: BTreeMap<String, (u64, usize)> = BTreeMap::new();
     let mut total = 0u64;
+    let mut per_step = vec![0u64; exe.plan().steps.len()];
     for _ in 0..runs {
         exe.run(&feeds).unwrap_or_else(|e| fail(&e));
         let times = exe.step_times().unwrap_or(&[]).to_vec();
+        for (p, &ns) in per_step.iter_mut().zip(&times) {
+            *p += ns;
+        }
         for (s, &ns) in exe.plan().steps.iter().zip(&times) {
             let e = per.entry(s.kernel.name()).or_default();
             e.0 += ns;
@@ -99,9 +109,21 @@ fn main() {
     }
     let mut rows: Vec<(String, u64, usize)> = per.into_iter().map(|(k, (ns, n))| (k, ns, n)).collect();
     rows.sort_by_key(|r| std::cmp::Reverse(r.1));
-    println!("{path}: {} steps, {threads} thread(s), {:.2} ms per run (sum of steps)", exe.plan().steps.len(), total as f64 / runs as f64 / 1e6);
+    println!("{path}: {} steps, {threads} thread(s), {:.2} ms per run (sum of steps), {wall_ms:.2} ms per run unprofiled (wall)", exe.plan().steps.len(), total as f64 / runs as f64 / 1e6);
     println!("| kernel | steps | ms per run | share |\n|---|---:|---:|---:|");
     for (k, ns, n) in rows.iter().take(20) {
         println!("| {k} | {} | {:.2} | {:.1}% |", n / runs, *ns as f64 / runs as f64 / 1e6, 100.0 * *ns as f64 / total as f64);
+    }
+    if top > 0 {
+        // The slowest steps, with their operands' shapes (`--top N`).
+        let mut order: Vec<usize> = (0..per_step.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(per_step[i]));
+        println!("\n| step | ms | kernel | inputs | output |\n|---:|---:|---|---|---|");
+        for &i in order.iter().take(top) {
+            let s = &exe.plan().steps[i];
+            let ins: Vec<String> = s.inputs.iter().map(|t| format!("{:?}", t.layout.shape)).collect();
+            let k = format!("{:?}", s.kernel);
+            println!("| {i} | {:.3} | {} | {} | {:?} |", per_step[i] as f64 / runs as f64 / 1e6, &k[..k.len().min(160)], ins.join(" "), s.output.layout.shape);
+        }
     }
 }
