@@ -395,7 +395,7 @@ pub fn conv2d_gemm_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights
 /// each panel is read from cache by every row tile of the weights.
 ///
 /// A 3×3 window of stride 1 with enough channels (see [`winograd_applies`]) is computed
-/// by Winograd's F(2×2, 3×3) instead ([`conv2d_winograd_f32_with`]) unless `TG_WINOGRAD=off`.
+/// by Winograd's F(4×4, 3×3) or F(2×2, 3×3) instead ([`conv2d_winograd_f32_with`]) unless `TG_WINOGRAD=off`.
 pub fn conv2d_implicit_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     conv2d_auto(g, groups, m, x, weights, None, out)
 }
@@ -407,10 +407,15 @@ pub fn conv2d_bias_act_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], wei
     conv2d_auto(g, groups, m, x, weights, Some((bias, act)), out)
 }
 
-/// Whether Winograd is switched on (`TG_WINOGRAD=off` switches it off, for comparisons).
-fn winograd_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !matches!(std::env::var("TG_WINOGRAD").as_deref(), Ok("off" | "0" | "false")))
+/// The largest Winograd tile the convolution kernels use: 4 by default; `TG_WINOGRAD=2`
+/// keeps to F(2×2, 3×3) and `TG_WINOGRAD=off` switches Winograd off (for comparisons).
+fn winograd_max_tile() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| match std::env::var("TG_WINOGRAD").as_deref() {
+        Ok("off" | "0" | "false") => 0,
+        Ok("2") => 2,
+        _ => 4,
+    })
 }
 
 /// Whether [`conv2d_winograd_f32_with`] computes this convolution (`groups` groups, `m`
@@ -418,20 +423,33 @@ fn winograd_on() -> bool {
 /// 1 per side, at least 16 input and output channels and an output plane of at least 128
 /// 2×2 tiles (e.g. 16×32) — where the matrix products outweigh the transforms.
 pub fn winograd_applies(g: &Window2d, groups: usize, m: usize) -> bool {
-    g.out_hw().is_ok_and(|o| crate::winograd::applies(g, groups, m, o))
+    winograd_tile(g, groups, m).is_some()
+}
+
+/// The output tile Winograd uses for this convolution: 4 (F(4×4, 3×3)) on planes of at
+/// least 128 such tiles, else 2 (F(2×2, 3×3)) on planes of at least 128 2×2 tiles; `None`
+/// where [`winograd_applies`] does not hold.
+pub fn winograd_tile(g: &Window2d, groups: usize, m: usize) -> Option<usize> {
+    g.out_hw().ok().and_then(|o| crate::winograd::tile(g, groups, m, o))
 }
 
 fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
-    if winograd_on() && winograd_applies(g, groups, m) {
-        conv2d_winograd_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out)
-    } else {
-        conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out)
+    let max = winograd_max_tile();
+    let tile = match winograd_tile(g, groups, m) {
+        Some(t) if t <= max => Some(t),
+        // F(4×4) applies but F(2×2) is asked for: the plane has enough 2×2 tiles too.
+        Some(_) if max == 2 => Some(2),
+        _ => None,
+    };
+    match tile {
+        Some(t) => winograd_checked(crate::isa(), t, g, groups, m, x, weights, epilogue, out),
+        None => conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out),
     }
 }
 
 /// [`conv2d_f32`] (with the optional bias-and-activation epilogue of
-/// [`conv2d_bias_act_f32`]) by Winograd's F(2×2, 3×3), on an explicit ISA; an error where
-/// [`winograd_applies`] does not hold.
+/// [`conv2d_bias_act_f32`]) by Winograd's F(m×m, 3×3) with the tile of [`winograd_tile`], on
+/// an explicit ISA; an error where [`winograd_applies`] does not hold.
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_winograd_f32_with(
     isa: Isa,
@@ -444,9 +462,22 @@ pub fn conv2d_winograd_f32_with(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let isa = crate::isa::checked(isa)?;
+    let Some(tile) = winograd_tile(g, groups, m) else {
+        return Err(KernelError::Shape(format!(
+            "conv2d (Winograd): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels over >= 128 2x2 tiles"
+        )));
+    };
+    winograd_checked(isa, tile, g, groups, m, x, weights, epilogue, out)
+}
+
+/// [`conv2d_winograd_f32_with`] with output tiles of `tile` (the geometry checked to allow
+/// it by the callers).
+#[allow(clippy::too_many_arguments)]
+fn winograd_checked(isa: Isa, tile: usize, g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
+    let isa = crate::isa::checked(isa)?;
     let [oh, ow] = g.out_hw()?;
-    if !crate::winograd::applies(g, groups, m, [oh, ow]) {
-        return Err(KernelError::Shape(format!("conv2d (Winograd F(2x2, 3x3)): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels")));
+    if groups != 1 {
+        return Err(KernelError::Shape(format!("conv2d (Winograd): {groups} groups")));
     }
     if let Some((bias, _)) = epilogue {
         check_len("conv2d: bias", m, bias.len())?;
@@ -454,7 +485,7 @@ pub fn conv2d_winograd_f32_with(
     check_len("conv2d: x", mul("conv2d: x", mul("conv2d: x", g.n, g.c)?, mul("conv2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
     check_len("conv2d: weights", mul("conv2d: weights", m, g.c * 9)?, weights.len())?;
     check_len("conv2d: out", mul("conv2d: out", mul("conv2d: out", g.n, m)?, mul("conv2d: out", oh, ow)?)?, out.len())?;
-    crate::winograd::conv3x3_winograd(isa, g, m, x, weights, epilogue, out);
+    crate::winograd::conv3x3_winograd(isa, tile, g, m, x, weights, epilogue, out);
     Ok(())
 }
 

@@ -1,11 +1,11 @@
-//! 3×3 convolution of stride 1 by Winograd's minimal filtering F(2×2, 3×3) (Lavin & Gray,
-//! "Fast Algorithms for Convolutional Neural Networks", 2016): each 2×2 block of outputs of
-//! each channel pair is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for the 4×4 input tile `d` under it and
-//! the 3×3 filter `g`, so the products over input channels become 16 matrix products
-//! `U_ξ [M, C] · V_ξ [C, tiles]` — 16 multiplications per 4 outputs instead of 36, the work
-//! of the convolution's inner products divided by 2.25.
+//! 3×3 convolution of stride 1 by Winograd's minimal filtering F(m×m, 3×3) (Lavin & Gray,
+//! "Fast Algorithms for Convolutional Neural Networks", 2016), for output tiles of m = 2 and
+//! m = 4: each m×m block of outputs of each channel pair is `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A` for
+//! the α×α input tile `d` under it (α = m + 2) and the 3×3 filter `g`, so the products over
+//! input channels become α² matrix products `U_ξ [M, C] · V_ξ [C, tiles]`: 16 products per
+//! 4 outputs (F(2×2): the inner products' work divided by 2.25) or 36 per 16 (F(4×4): by 4).
 //!
-//! Transforms (rows `ξ = 4a + b` of the 4×4 tiles):
+//! Transforms of F(2×2, 3×3), every coefficient 0, ±1 or ±1/2:
 //!
 //! ```text
 //! Bᵀ = [1  0 −1  0]    G = [1    0    0  ]    Aᵀ = [1 1  1  0]
@@ -14,14 +14,22 @@
 //!      [0  1  0 −1]        [0    0    1  ]
 //! ```
 //!
-//! Every coefficient is 0, ±1 or ±1/2: the transforms add and subtract, and the sums differ
-//! from the direct convolution's only by the rounding of a few more additions (the tests
-//! hold it to the same f64 bound as the direct kernel, with a factor for the transforms).
+//! and of F(4×4, 3×3) (interpolation points 0, ±1, ±2, ∞), whose larger coefficients (up to
+//! 8 in `Aᵀ`, 5 in `Bᵀ`) cost some accuracy: the tests bound both against the direct f64 sum.
+//!
+//! ```text
+//! Bᵀ = [4  0 −5  0 1 0]    G = [ 1/4     0     0 ]    Aᵀ = [1 1  1 1  1 0]
+//!      [0 −4 −4  1 1 0]        [−1/6  −1/6  −1/6 ]         [0 1 −1 2 −2 0]
+//!      [0  4 −4 −1 1 0]        [−1/6   1/6  −1/6 ]         [0 1  1 4  4 0]
+//!      [0 −2 −1  2 1 0]        [1/24  1/12   1/6 ]         [0 1 −1 8 −8 1]
+//!      [0  2 −1 −2 1 0]        [1/24 −1/12   1/6 ]
+//!      [0  4  0 −5 0 1]        [ 0     0     1   ]
+//! ```
 //!
 //! The image is worked in blocks of whole tile rows (about 128 tiles): the block's input
-//! rows are split into even and odd columns (so the 16 tiles of a vector read consecutive
-//! values), transformed into `V [16][C][T]`, multiplied by the transformed filters with the
-//! f32 matmul's register tiles into `[16][M][T]`, transformed back into the output rows and
+//! rows are split into m phases of columns (so the tiles of a vector read consecutive
+//! values), transformed into `V [α²][C][T]`, multiplied by the transformed filters with the
+//! f32 matmul's register tiles into `[α²][M][T]`, transformed back into the output rows and
 //! given the bias and activation while in cache. Blocks are split across threads.
 
 use crate::dequant::SimdDecode;
@@ -33,47 +41,146 @@ use crate::{Act, Isa, Window2d};
 /// small enough that the block's `V` and products stay in L2 for typical channel counts.
 const BLOCK_TILES: usize = 128;
 
-/// Whether [`conv3x3_winograd`] computes this convolution, and is worth it: a 3×3 window of
-/// stride 1 and dilation 1, one group, padding of at most 1 on each side, enough input and
-/// output channels for the matrix products to dominate the transforms, and an output plane
-/// of at least [`MIN_TILES`] 2×2 tiles.
-pub(crate) fn applies(g: &Window2d, groups: usize, m: usize, [oh, ow]: [usize; 2]) -> bool {
-    g.size == [3, 3]
-        && g.stride == [1, 1]
-        && g.dilation == [1, 1]
-        && groups == 1
-        && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p <= 1)
-        && g.c >= 16
-        && m >= 16
-        && oh >= 4
-        && ow >= 4
-        && oh.div_ceil(2) * ow.div_ceil(2) >= MIN_TILES
-}
-
 /// Tiles per image below which the transforms and the filters' transform (per call) cost
 /// more than the products save: measured on the terrain UNet, whose 8×8 and 16×16 planes
-/// (16 and 64 tiles) ran slower than the implicit GEMM and 32×32 planes (256 tiles) faster.
+/// (16 and 64 tiles of 2×2) ran slower than the implicit GEMM and 32×32 planes (256) faster.
 const MIN_TILES: usize = 128;
 
-/// `U [16][M][C]`: the transformed filters `G g Gᵀ` of `w [M, C, 3, 3]`.
-fn filters(w: &[f32], m: usize, c: usize) -> Vec<f32> {
-    const G: [[f32; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
-    let mut u = vec![0f32; 16 * m * c];
-    for (mc, g) in w.chunks_exact(9).enumerate() {
-        // t = G g (4×3), then t Gᵀ (4×4).
-        let mut t = [[0f32; 3]; 4];
-        for (a, row) in t.iter_mut().enumerate() {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = G[a][0] * g[j] + G[a][1] * g[3 + j] + G[a][2] * g[6 + j];
-            }
+/// The output tile of Winograd for this convolution (`groups` groups, `m` outputs): 4 (F(4×4,
+/// 3×3)) where the plane has [`MIN_TILES`] 4×4 tiles, else 2 where it has as many 2×2 tiles,
+/// else `None`. It applies to a 3×3 window of stride 1 and dilation 1, one group, padding of
+/// at most 1 on each side, and at least 16 input and output channels (for the matrix
+/// products to outweigh the transforms).
+pub(crate) fn tile(g: &Window2d, groups: usize, m: usize, [oh, ow]: [usize; 2]) -> Option<usize> {
+    let shape = g.size == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1] && groups == 1 && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p <= 1);
+    if !shape || g.c < 16 || m < 16 || oh < 4 || ow < 4 {
+        return None;
+    }
+    [4, 2].into_iter().find(|&t| oh.div_ceil(t) * ow.div_ceil(t) >= MIN_TILES)
+}
+
+/// The transforms of one tile size: `α = m + 2` rows, tables padded to the largest (6).
+/// The kernels read them as constants of their instantiation (`F2`, `F4`).
+struct Transforms {
+    /// Output tile (m).
+    m: usize,
+    bt: [[f32; 6]; 6],
+    g: [[f32; 3]; 6],
+    at: [[f32; 6]; 4],
+}
+
+const F2: Transforms = Transforms {
+    m: 2,
+    bt: [[1.0, 0.0, -1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0.0, -1.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0, 0.0], [0.0; 6], [0.0; 6]],
+    g: [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0], [0.0; 3], [0.0; 3]],
+    at: [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0, -1.0, -1.0, 0.0, 0.0], [0.0; 6], [0.0; 6]],
+};
+
+const F4: Transforms = Transforms {
+    m: 4,
+    bt: [
+        [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
+        [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
+        [0.0, 4.0, -4.0, -1.0, 1.0, 0.0],
+        [0.0, -2.0, -1.0, 2.0, 1.0, 0.0],
+        [0.0, 2.0, -1.0, -2.0, 1.0, 0.0],
+        [0.0, 4.0, 0.0, -5.0, 0.0, 1.0],
+    ],
+    g: [
+        [0.25, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ],
+    at: [[1.0, 1.0, 1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, 2.0, -2.0, 0.0], [0.0, 1.0, 1.0, 4.0, 4.0, 0.0], [0.0, 1.0, -1.0, 8.0, -8.0, 1.0]],
+};
+
+fn transforms(m: usize) -> &'static Transforms {
+    if m == 4 {
+        &F4
+    } else {
+        &F2
+    }
+}
+
+/// `U [α²][M][C]`: the transformed filters `G g Gᵀ` of `w [M, C, 3, 3]`, in f32 vectors
+/// over 16 or 8 input channels at a time (the taps of those channels transposed first).
+fn filters(isa: Isa, tile: usize, w: &[f32], m: usize, c: usize) -> Vec<f32> {
+    let a = tile + 2;
+    let mut u = vec![0f32; a * a * m * c];
+    run_on(isa, Filters { tile, w: w.as_ptr(), u: u.as_mut_ptr(), m, c });
+    u
+}
+
+struct Filters {
+    tile: usize,
+    w: *const f32,
+    u: *mut f32,
+    m: usize,
+    c: usize,
+}
+
+impl IsaTask for Filters {
+    type Output = ();
+    #[inline(always)]
+    unsafe fn run<S: SimdDecode>(self) {
+        if self.tile == 4 {
+            self.run_tile::<S, 6>()
+        } else {
+            self.run_tile::<S, 4>()
         }
-        for (a, row) in t.iter().enumerate() {
-            for (b, gb) in G.iter().enumerate() {
-                u[(4 * a + b) * m * c + mc] = row[0] * gb[0] + row[1] * gb[1] + row[2] * gb[2];
+    }
+}
+
+impl Filters {
+    #[inline(always)]
+    unsafe fn run_tile<S: SimdDecode, const TA: usize>(self) {
+        let Filters { w, u, m, c, .. } = self;
+        let f: &Transforms = if TA == 6 { &F4 } else { &F2 };
+        let l = S::LANES;
+        // taps[k][i]: tap k of input channel c0 + i.
+        let mut taps = vec![0f32; 9 * l];
+        for mi in 0..m {
+            let mut c0 = 0;
+            while c0 < c {
+                let n = (c - c0).min(l);
+                for i in 0..n {
+                    for k in 0..9 {
+                        taps[k * l + i] = *w.add((mi * c + c0 + i) * 9 + k);
+                    }
+                }
+                let mut g = [S::zero(); 9];
+                for (k, gk) in g.iter_mut().enumerate() {
+                    *gk = S::load(taps.as_ptr().add(k * l));
+                }
+                // t = G g (α×3), then U = t Gᵀ (α×α).
+                let mut t = [[S::zero(); 3]; 6];
+                for (p, tp) in t.iter_mut().enumerate().take(TA) {
+                    for (j, tpj) in tp.iter_mut().enumerate() {
+                        let col = [g[j], g[3 + j], g[6 + j], S::zero(), S::zero(), S::zero()];
+                        let coef = [f.g[p][0], f.g[p][1], f.g[p][2], 0.0, 0.0, 0.0];
+                        *tpj = lin::<S>(&coef, &col, 3);
+                    }
+                }
+                for (p, tp) in t.iter().enumerate().take(TA) {
+                    let row = [tp[0], tp[1], tp[2], S::zero(), S::zero(), S::zero()];
+                    for q in 0..TA {
+                        let coef = [f.g[q][0], f.g[q][1], f.g[q][2], 0.0, 0.0, 0.0];
+                        let v = lin::<S>(&coef, &row, 3);
+                        let dst = u.add((TA * p + q) * m * c + mi * c + c0);
+                        if n == l {
+                            S::store(dst, v);
+                        } else {
+                            S::store_tail(dst, n, v);
+                        }
+                    }
+                }
+                c0 += n;
             }
         }
     }
-    u
 }
 
 /// Makes `v` at least `n` long without rewriting what it holds (every element used is
@@ -96,16 +203,18 @@ thread_local! {
     static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
 }
 
-/// The convolution of `x [n, c, h, w]` with `weights [m, c, 3, 3]` into `out [n, m, oh, ow]`,
-/// with the optional `act(· + bias[m])` epilogue. The caller has checked the lengths, that
-/// [`applies`] holds and that `isa` is available.
-pub(crate) fn conv3x3_winograd(isa: Isa, g: &Window2d, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], Act)>, out: &mut [f32]) {
+/// The convolution of `x [n, c, h, w]` with `weights [m, c, 3, 3]` into `out [n, m, oh, ow]`
+/// by output tiles of `tile` (2 or 4), with the optional `act(· + bias[m])` epilogue. The
+/// caller has checked the lengths, the geometry ([`tile`]) and that `isa` is available.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], Act)>, out: &mut [f32]) {
     let Ok([oh, ow]) = g.out_hw() else { return };
+    let f = transforms(tile);
     let c = g.c;
-    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let (th, tw) = (oh.div_ceil(f.m), ow.div_ceil(f.m));
     let rb = (BLOCK_TILES / tw).clamp(1, th);
     let blocks = th.div_ceil(rb);
-    let u = filters(weights, m, c);
+    let u = filters(isa, tile, weights, m, c);
     let (xp, up, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(u.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
     let bias = epilogue.map(|(b, a)| (SyncPtr(b.as_ptr() as *mut f32), a));
     let g = *g;
@@ -116,14 +225,14 @@ pub(crate) fn conv3x3_winograd(isa: Isa, g: &Window2d, m: usize, x: &[f32], weig
             let ty0 = blk * rb;
             let rows = rb.min(th - ty0);
             // SAFETY: reads stay in `x` and `u`; this unit alone writes output rows
-            // 2·ty0 .. 2·(ty0 + rows) of image b.
+            // m·ty0 .. m·(ty0 + rows) of image b.
             unsafe {
                 run_on(
                     isa,
-                    Block { g, m, th: [oh, ow], tw, ty0, rows, x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]), u: up.get(), out: op.get().add(b * m * oh * ow), s: &mut s },
+                    Block { f, g, m, ohw: [oh, ow], tw, ty0, rows, x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]), u: up.get(), out: op.get().add(b * m * oh * ow), s: &mut s },
                 );
                 if let Some((bp, act)) = bias {
-                    let (oy0, oy1) = (2 * ty0, (2 * (ty0 + rows)).min(oh));
+                    let (oy0, oy1) = (f.m * ty0, (f.m * (ty0 + rows)).min(oh));
                     crate::fused::epilogue::bias_act_block(isa, op.get().add(b * m * oh * ow + oy0 * ow), oh * ow, m, (oy1 - oy0) * ow, bp.get(), act);
                 }
             }
@@ -134,9 +243,10 @@ pub(crate) fn conv3x3_winograd(isa: Isa, g: &Window2d, m: usize, x: &[f32], weig
 
 /// One block of tile rows `ty0 .. ty0 + rows` of one image.
 struct Block<'a> {
+    f: &'static Transforms,
     g: Window2d,
     m: usize,
-    th: [usize; 2],
+    ohw: [usize; 2],
     tw: usize,
     ty0: usize,
     rows: usize,
@@ -146,73 +256,143 @@ struct Block<'a> {
     s: &'a mut Scratch,
 }
 
+/// `Σ_k coef[k]·x[k]` over `k < n` (zero coefficients skipped, ±1 as additions).
+#[inline(always)]
+unsafe fn lin<S: SimdDecode>(coef: &[f32; 6], x: &[S::V; 6], n: usize) -> S::V {
+    let mut acc = S::zero();
+    for k in 0..n {
+        let c = coef[k];
+        if c == 1.0 {
+            acc = S::add(acc, x[k]);
+        } else if c == -1.0 {
+            acc = S::sub(acc, x[k]);
+        } else if c != 0.0 {
+            acc = S::fma(S::splat(c), x[k], acc);
+        }
+    }
+    acc
+}
+
+/// Stores the first `n` of the `4·LANES` values `v` at `p`.
+#[inline(always)]
+unsafe fn store_n<S: SimdDecode>(p: *mut f32, v: &[S::V; 4], n: usize) {
+    let l = S::LANES;
+    for (k, x) in v.iter().enumerate() {
+        let lo = k * l;
+        if n >= lo + l {
+            S::store(p.add(lo), *x);
+        } else {
+            if n > lo {
+                S::store_tail(p.add(lo), n - lo, *x);
+            }
+            break;
+        }
+    }
+}
+
 impl IsaTask for Block<'_> {
     type Output = ();
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
-        let Block { g, m, th: [oh, ow], tw, ty0, rows, x, u, out, s } = self;
+        if self.f.m == 4 {
+            self.run_tile::<S, 4, 6>()
+        } else {
+            self.run_tile::<S, 2, 4>()
+        }
+    }
+}
+
+// No closures below: a closure is compiled without the trampoline's target features, and
+// the intrinsics it calls are then not inlined.
+impl Block<'_> {
+    #[inline(always)]
+    unsafe fn run_tile<S: SimdDecode, const TM: usize, const TA: usize>(self) {
+        let Block { g, m, ohw: [oh, ow], tw, ty0, rows, x, u, out, s, .. } = self;
+        // The tables as constants of this instantiation, so that the linear combinations
+        // below unroll with their zero and ±1 coefficients folded away.
+        let f: &Transforms = if TM == 4 { &F4 } else { &F2 };
         let (c, [ih, iw], [pt, pl]) = (g.c, g.in_hw, g.pad_begin);
         let l = S::LANES;
         let t = rows * tw;
-        // Split input rows: per channel, 2·rows + 2 rows of [even | odd] halves of `half`
-        // columns each; column t of the even half is input column 2t − pl, of the odd half
-        // 2t + 1 − pl (zero outside the image). `half` leaves room for a vector read past
-        // the last tile.
-        let nrows = 2 * rows + 2;
-        let half = tw + 1 + l;
+        // Split input rows: per channel, TM·rows + 2 rows of TM phases of `phase` columns
+        // each; column t of phase q is input column TM·t + q − pl (zero outside the image).
+        // `phase` leaves room for a vector read past the last tile.
+        let nrows = TM * rows + 2;
+        let phase = tw + 1 + l;
+        let stride = TM * phase;
         s.split.clear();
-        s.split.resize(c * nrows * 2 * half, 0.0);
+        s.split.resize(c * nrows * stride, 0.0);
         for ci in 0..c {
             let plane = x.add(ci * ih * iw);
             for r in 0..nrows {
-                let Some(iy) = (2 * ty0 + r).checked_sub(pt).filter(|&y| y < ih) else { continue };
+                let Some(iy) = (TM * ty0 + r).checked_sub(pt).filter(|&y| y < ih) else { continue };
                 let src = plane.add(iy * iw);
-                let dst = s.split.as_mut_ptr().add((ci * nrows + r) * 2 * half);
-                // Input column ix goes to half (ix + pl) mod 2, index (ix + pl) / 2: the
-                // row's even columns to the even half (pl = 0) or the odd one (pl = 1), its
-                // odd columns to the other, one further along when pl = 1.
-                let (ev, od) = if pl == 0 { (dst, dst.add(half)) } else { (dst.add(half), dst.add(1)) };
+                let dst = s.split.as_mut_ptr().add((ci * nrows + r) * stride);
+                // Input column ix goes to phase (ix + pl) mod TM at index (ix + pl) / TM;
+                // `to[q]` is where the input columns ≡ q (mod TM) start.
+                let to: [*mut f32; TM] = std::array::from_fn(|q| dst.add(((q + pl) % TM) * phase + (q + pl) / TM));
                 let mut ix = 0;
-                while ix + 2 * l <= iw {
-                    let (e, o) = S::deinterleave(S::load(src.add(ix)), S::load(src.add(ix + l)));
-                    S::store(ev.add(ix / 2), e);
-                    S::store(od.add(ix / 2), o);
-                    ix += 2 * l;
+                while ix + TM * l <= iw {
+                    let mut v = [S::zero(); TM];
+                    for (k, vk) in v.iter_mut().enumerate() {
+                        *vk = S::load(src.add(ix + k * l));
+                    }
+                    if TM == 2 {
+                        let (e, o) = S::deinterleave(v[0], v[1]);
+                        S::store(to[0].add(ix / 2), e);
+                        S::store(to[1].add(ix / 2), o);
+                    } else {
+                        let (e01, o01) = S::deinterleave(v[0], v[1]);
+                        let (e23, o23) = S::deinterleave(v[2], v[3]);
+                        let (p0, p2) = S::deinterleave(e01, e23);
+                        let (p1, p3) = S::deinterleave(o01, o23);
+                        for (q, pv) in [p0, p1, p2, p3].into_iter().enumerate() {
+                            S::store(to[q].add(ix / 4), pv);
+                        }
+                    }
+                    ix += TM * l;
                 }
                 while ix < iw {
-                    *(if ix % 2 == 0 { ev } else { od }).add(ix / 2) = *src.add(ix);
+                    *to[ix % TM].add(ix / TM) = *src.add(ix);
                     ix += 1;
                 }
             }
         }
-        // V[ξ][ci][tile] = (Bᵀ d B)[ξ] for the tile's 4×4 input d.
-        // The 16 planes are a cache line more than their size apart: planes a multiple of
-        // 4 KiB apart would put the 16 stores of a tile in one L1 set.
+        // V[ξ][ci][tile] = (Bᵀ d B)[ξ] for the tile's α×α input d. The α² planes are a
+        // cache line more than their size apart: planes a multiple of 4 KiB apart would put
+        // the stores of a tile in one L1 set.
         let vs = c * t + 16;
-        grow(&mut s.v, 16 * vs);
+        grow(&mut s.v, TA * TA * vs);
         let v = s.v.as_mut_ptr();
         for ci in 0..c {
             for r in 0..rows {
                 let mut tx = 0;
                 while tx < tw {
                     let n = (tw - tx).min(l);
-                    // Rows 2r .. 2r + 4 of the split input, each as d·B along columns:
-                    // [d0 − d2, d1 + d2, d2 − d1, d1 − d3] with d0 = E[tx], d1 = O[tx],
-                    // d2 = E[tx + 1], d3 = O[tx + 1].
-                    let mut q = [[S::zero(); 4]; 4];
-                    for (i, qi) in q.iter_mut().enumerate() {
-                        let row = s.split.as_ptr().add((ci * nrows + 2 * r + i) * 2 * half);
-                        let (e0, o0) = (S::load(row.add(tx)), S::load(row.add(half + tx)));
-                        let (e1, o1) = (S::load(row.add(tx + 1)), S::load(row.add(half + tx + 1)));
-                        *qi = [S::sub(e0, e1), S::add(o0, e1), S::sub(e1, o0), S::sub(o0, o1)];
+                    // Each input row i as d·B along columns: q[i][a] = Σ_j Bᵀ[a][j]·d[i][j],
+                    // with d[i][j] = phase j mod TM at tx + j / TM.
+                    let mut q = [[S::zero(); 6]; 6];
+                    for (i, qi) in q.iter_mut().enumerate().take(TA) {
+                        let row = s.split.as_ptr().add((ci * nrows + TM * r + i) * stride);
+                        let mut d = [S::zero(); 6];
+                        for (j, dj) in d.iter_mut().enumerate().take(TA) {
+                            *dj = S::load(row.add((j % TM) * phase + tx + j / TM));
+                        }
+                        for (a, qa) in qi.iter_mut().enumerate().take(TA) {
+                            *qa = lin::<S>(&f.bt[a], &d, TA);
+                        }
                     }
-                    // Then Bᵀ along rows, and store the 16 values of each lane's tile.
+                    // Then Bᵀ along rows, and store the α² values of each lane's tile.
                     let dst = v.add(ci * t + r * tw + tx);
-                    #[allow(clippy::needless_range_loop)] // column j of the 4×4 q
-                    for j in 0..4 {
-                        let col = [S::sub(q[0][j], q[2][j]), S::add(q[1][j], q[2][j]), S::sub(q[2][j], q[1][j]), S::sub(q[1][j], q[3][j])];
-                        for (a, val) in col.into_iter().enumerate() {
-                            let p = dst.add((4 * a + j) * vs);
+                    #[allow(clippy::needless_range_loop)] // column b of the α×α q
+                    for b in 0..TA {
+                        let mut col = [S::zero(); 6];
+                        for (i, cv) in col.iter_mut().enumerate().take(TA) {
+                            *cv = q[i][b];
+                        }
+                        for a in 0..TA {
+                            let val = lin::<S>(&f.bt[a], &col, TA);
+                            let p = dst.add((TA * a + b) * vs);
                             if n == l {
                                 S::store(p, val);
                             } else {
@@ -226,50 +406,53 @@ impl IsaTask for Block<'_> {
         }
         // prod[ξ] = U[ξ] · V[ξ]: [m, c] · [c, t].
         let ps = m * t + 16;
-        grow(&mut s.prod, 16 * ps);
+        grow(&mut s.prod, TA * TA * ps);
         let prod = s.prod.as_mut_ptr();
-        for xi in 0..16 {
+        for xi in 0..TA * TA {
             crate::matmul_f32::gemm_panel_on::<S>(u.add(xi * m * c), c, m, v.add(xi * vs), t, c, prod.add(xi * ps), t);
         }
         // Y = Aᵀ P A per tile, written to the output rows.
         for mi in 0..m {
             let plane = out.add(mi * oh * ow);
             for r in 0..rows {
-                let oy = 2 * (ty0 + r);
+                let oy = TM * (ty0 + r);
                 let mut tx = 0;
                 while tx < tw {
                     let n = (tw - tx).min(l);
-                    let p = |xi: usize| prod.add(xi * ps + mi * t + r * tw + tx);
-                    let ld = |xi: usize| if n == l { S::load(p(xi)) } else { S::load_tail(p(xi), n) };
-                    // s0 = P0 + P1 + P2, s1 = P1 − P2 − P3 along rows, per column j.
-                    let mut s0 = [S::zero(); 4];
-                    let mut s1 = [S::zero(); 4];
-                    for j in 0..4 {
-                        let (p0, p1, p2, p3) = (ld(j), ld(4 + j), ld(8 + j), ld(12 + j));
-                        s0[j] = S::add(S::add(p0, p1), p2);
-                        s1[j] = S::sub(S::sub(p1, p2), p3);
+                    // sm[i][b] = Σ_a Aᵀ[i][a]·P[a][b] along rows, per column b.
+                    let mut sm = [[S::zero(); 6]; 4];
+                    for b in 0..TA {
+                        let mut col = [S::zero(); 6];
+                        for (a, ca) in col.iter_mut().enumerate().take(TA) {
+                            let p = prod.add((TA * a + b) * ps + mi * t + r * tw + tx);
+                            *ca = if n == l { S::load(p) } else { S::load_tail(p, n) };
+                        }
+                        for (i, si) in sm.iter_mut().enumerate().take(TM) {
+                            si[b] = lin::<S>(&f.at[i], &col, TA);
+                        }
                     }
-                    // Output columns 2tx .. 2tx + 2n of rows oy, oy + 1: the two columns of
-                    // each tile interleaved (what falls outside the plane is dropped).
-                    let cols = (2 * n).min(ow - 2 * tx);
-                    for (i, si) in [s0, s1].iter().enumerate() {
+                    // Output columns TM·tx .. TM·(tx + n) of rows oy .. oy + TM: the TM
+                    // columns of each tile interleaved (what falls outside the plane is
+                    // dropped).
+                    let cols = (TM * n).min(ow - TM * tx);
+                    for (i, si) in sm.iter().enumerate().take(TM) {
                         if oy + i >= oh {
                             break;
                         }
-                        let left = S::add(S::add(si[0], si[1]), si[2]);
-                        let right = S::sub(S::sub(si[1], si[2]), si[3]);
-                        let (lo, hi) = S::interleave(left, right);
-                        let o = plane.add((oy + i) * ow + 2 * tx);
-                        if cols == 2 * l {
-                            S::store(o, lo);
-                            S::store(o.add(l), hi);
-                        } else if cols > l {
-                            S::store(o, lo);
-                            S::store_tail(o.add(l), cols - l, hi);
-                        } else if cols == l {
-                            S::store(o, lo);
+                        let mut y = [S::zero(); 4];
+                        for (j, yj) in y.iter_mut().enumerate().take(TM) {
+                            *yj = lin::<S>(&f.at[j], si, TA);
+                        }
+                        let o = plane.add((oy + i) * ow + TM * tx);
+                        if TM == 2 {
+                            let (lo, hi) = S::interleave(y[0], y[1]);
+                            store_n::<S>(o, &[lo, hi, lo, hi], cols);
                         } else {
-                            S::store_tail(o, cols, lo);
+                            let (a_lo, a_hi) = S::interleave(y[0], y[2]);
+                            let (b_lo, b_hi) = S::interleave(y[1], y[3]);
+                            let (w0, w1) = S::interleave(a_lo, b_lo);
+                            let (w2, w3) = S::interleave(a_hi, b_hi);
+                            store_n::<S>(o, &[w0, w1, w2, w3], cols);
                         }
                     }
                     tx += n;

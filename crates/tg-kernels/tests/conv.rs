@@ -35,7 +35,7 @@ use common::*;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
     conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
-    winograd_applies, Act, Isa, KernelError, Pool, Window2d,
+    winograd_applies, winograd_tile, Act, Isa, KernelError, Pool, Window2d,
 };
 
 /// Unit roundoff of f32.
@@ -345,25 +345,30 @@ fn conv2d_matches_reference() {
 /// Convolutions Winograd F(2×2, 3×3) computes: odd and even output sizes (partial tiles at
 /// the right and bottom edges), padding 0 and 1 on either side, planes narrower than a
 /// vector of tiles, several blocks of tile rows, batch 2, and enough work for 2 threads.
-fn winograd_cases() -> Vec<(&'static str, Window2d, usize)> {
+fn winograd_cases() -> Vec<(&'static str, Window2d, usize, usize)> {
     vec![
-        ("[16,32] pad 1 c16 m16", win(1, 16, [16, 32], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
-        ("[17,31] pad 1 c16 m24 (odd edges)", win(2, 16, [17, 31], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 24),
-        ("[20,31] no pad c20 m17", win(1, 20, [20, 31], [3, 3], [1, 1], [1, 1], [0, 0], [0, 0]), 17),
-        ("[16,35] pad [1,0]+[0,1] c16 m32", win(2, 16, [16, 35], [3, 3], [1, 1], [1, 1], [1, 0], [0, 1]), 32),
-        ("[50,19] pad 1 c16 m16 (10 tiles a row: under a vector)", win(1, 16, [50, 19], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
-        ("[40,70] pad 1 c32 m40 (blocks, threads)", win(1, 32, [40, 70], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 40),
-        ("[6,300] pad 1 c16 m16 (a tile row longer than a block)", win(1, 16, [6, 300], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
-        ("[4,600] pad 1 c16 m16 (two tile rows longer than a block)", win(1, 16, [4, 600], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16),
+        ("[16,32] pad 1 c16 m16", win(1, 16, [16, 32], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16, 2),
+        ("[17,31] pad 1 c16 m24 (odd edges)", win(2, 16, [17, 31], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 24, 2),
+        ("[20,31] no pad c20 m17", win(1, 20, [20, 31], [3, 3], [1, 1], [1, 1], [0, 0], [0, 0]), 17, 2),
+        ("[16,35] pad [1,0]+[0,1] c16 m32", win(2, 16, [16, 35], [3, 3], [1, 1], [1, 1], [1, 0], [0, 1]), 32, 2),
+        ("[50,19] pad 1 c16 m16 (10 tiles a row: under a vector)", win(1, 16, [50, 19], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16, 2),
+        ("[48,48] pad 1 c16 m16", win(1, 16, [48, 48], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16, 4),
+        ("[45,47] pad 1 c24 m20 (odd edges)", win(2, 24, [45, 47], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 20, 4),
+        ("[50,51] no pad c16 m16", win(1, 16, [50, 51], [3, 3], [1, 1], [1, 1], [0, 0], [0, 0]), 16, 4),
+        ("[49,50] pad [0,1]+[1,0] c16 m16", win(1, 16, [49, 50], [3, 3], [1, 1], [1, 1], [0, 1], [1, 0]), 16, 4),
+        ("[40,70] pad 1 c32 m40 (blocks, threads)", win(1, 32, [40, 70], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 40, 4),
+        ("[6,300] pad 1 c16 m16 (a partial tile row)", win(1, 16, [6, 300], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16, 4),
+        ("[4,600] pad 1 c16 m16 (one tile row longer than a block)", win(1, 16, [4, 600], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 16, 4),
     ]
 }
 
 #[test]
 fn conv2d_winograd_matches_reference() {
     let mut worst = Worst::default();
-    let mut ratio = 0f64;
-    for (case, (name, g, m)) in winograd_cases().into_iter().enumerate() {
+    let mut ratio = [0f64; 5];
+    for (case, (name, g, m, tile)) in winograd_cases().into_iter().enumerate() {
         assert!(winograd_applies(&g, 1, m), "{name}: Winograd should apply");
+        assert_eq!(winograd_tile(&g, 1, m), Some(tile), "{name}: the tile");
         let mut r = case_rng(&format!("winograd {name}"), case as u64);
         let [oh, ow] = out_hw(&g);
         let x = uniform(&mut r, g.n * g.c * g.in_hw[0] * g.in_hw[1], -1.0, 1.0);
@@ -380,9 +385,9 @@ fn conv2d_winograd_matches_reference() {
                 let mut out = vec![f32::NAN; want.len()];
                 pool(t).install(|| conv2d_winograd_f32_with(isa, &g, 1, m, &x, &w, None, &mut out)).unwrap_or_else(|e| panic!("winograd {name}: {e}"));
                 let e = check(&format!("conv {name} by Winograd on {isa:?}, {t} threads"), &out, &want, &tol);
-                worst.add(&format!("Winograd {isa:?}"), e);
+                worst.add(&format!("Winograd F({tile}x{tile}) {isa:?}"), e);
                 for i in 0..want.len() {
-                    ratio = ratio.max((out[i] as f64 - want[i]).abs() / (2.0 * k * U * mag[i]));
+                    ratio[tile] = ratio[tile].max((out[i] as f64 - want[i]).abs() / (2.0 * k * U * mag[i]));
                 }
                 let mut out = vec![f32::NAN; want.len()];
                 pool(t).install(|| conv2d_winograd_f32_with(isa, &g, 1, m, &x, &w, Some((&bias, Act::Relu)), &mut out)).unwrap_or_else(|e| panic!("winograd {name} + bias: {e}"));
@@ -391,7 +396,7 @@ fn conv2d_winograd_matches_reference() {
         }
     }
     worst.print("conv2d (Winograd)");
-    println!("conv2d (Winograd): worst error / direct bound {ratio:.2} (allowed {WINOGRAD_FACTOR})");
+    println!("conv2d (Winograd): worst error / direct bound: F(2x2) {:.3}, F(4x4) {:.3} (allowed {WINOGRAD_FACTOR})", ratio[2], ratio[4]);
     // Where it does not apply, it says so.
     let g = win(1, 16, [32, 32], [3, 3], [2, 2], [1, 1], [1, 1], [1, 1]);
     let mut out = vec![0f32; 16 * 16 * 16];

@@ -672,6 +672,9 @@ fn windows(v: &mut Vec<Case>) {
         ("1d x[2,4,33] k5 s2 d2 pad 3+1 groups 2", vec![2, 4, 33], 6, 2, window(&[5], &[2], &[2], &[3], &[1])),
         ("2d x[2,3,9,17] k3 pad 1", vec![2, 3, 9, 17], 5, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
         ("2d x[1,8,33,33] k3 pad 1 (large)", vec![1, 8, 33, 33], 16, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
+        // Where the CPU takes Winograd: F(2×2, 3×3) on a 24×24 plane, F(4×4, 3×3) on 48×48.
+        ("2d x[1,16,24,24] k3 pad 1 (Winograd 2x2 on the CPU)", vec![1, 16, 24, 24], 16, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
+        ("2d x[1,16,48,47] k3 pad 1 (Winograd 4x4 on the CPU)", vec![1, 16, 48, 47], 24, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
     ];
     for (i, (what, xs, m, groups, win)) in fused.into_iter().enumerate() {
         for act in if i == 1 { acts.to_vec() } else { vec![acts[i % 5]] } {
