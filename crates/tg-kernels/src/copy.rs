@@ -62,19 +62,30 @@ pub fn copy_strided_f32(
             _ => dims.push((d, s)),
         }
     }
-    let (inner, inner_stride) = dims.pop().unwrap_or((1, 1));
+    let (mut inner, mut inner_stride) = dims.pop().unwrap_or((1, 1));
+    // A short broadcast innermost (each element repeated `rep` times: nearest-neighbour
+    // upsampling) is copied with the dimension above it as one row, each element written
+    // `rep` times, instead of one row of `rep` elements per element.
+    let mut rep = 1;
+    if inner_stride == 0 && inner <= REPEAT_MAX {
+        if let Some((d, s)) = dims.pop() {
+            rep = inner;
+            (inner, inner_stride) = (d, s);
+        }
+    }
     let outer: Vec<(usize, isize)> = dims;
-    let rows = total / inner;
+    let row_len = inner * rep;
+    let rows = total / row_len;
     // A gather whose consecutive rows are closer in the source than consecutive elements of a
     // row (a transpose) copies `TILE` rows at a time, column by column: each step then reads
     // one short run of the source instead of touching a new cache line per element.
     let tile_stride = match outer.last() {
-        Some(&(_, s)) if inner_stride.unsigned_abs() > 1 && s.unsigned_abs() < inner_stride.unsigned_abs() => Some(s),
+        Some(&(_, s)) if rep == 1 && inner_stride.unsigned_abs() > 1 && s.unsigned_abs() < inner_stride.unsigned_abs() => Some(s),
         _ => None,
     };
 
     let (sp, dp) = (SyncPtr(src.as_ptr() as *mut f32), SyncPtr(dst.as_mut_ptr()));
-    for_ranges(rows, (1 << 15) / inner, 1, |range| {
+    for_ranges(rows, (1 << 15) / row_len, 1, |range| {
         // Multi-index of the first row in `range` (row-major over `outer`).
         let mut idx = vec![0usize; outer.len()];
         let mut rem = range.start;
@@ -94,6 +105,10 @@ pub fn copy_strided_f32(
                     let g = TILE.min(range.end - row).min(last_d - last_i);
                     unsafe { copy_tile(sp.get().offset(off), rs, inner_stride, dp.get().add(row * inner), inner, g) };
                     g
+                }
+                None if rep > 1 => {
+                    unsafe { repeat(sp.get().offset(off), inner_stride, dp.get().add(row * row_len), inner, rep) };
+                    1
                 }
                 None => {
                     unsafe {
@@ -132,6 +147,36 @@ pub fn copy_strided_f32(
 
 /// Rows gathered together by the tiled path.
 const TILE: usize = 8;
+
+/// The longest innermost broadcast the repeating path takes (longer ones fill whole runs).
+const REPEAT_MAX: usize = 8;
+
+/// `d[j·rep + k] = s[j·st]` for `j < n`, `k < rep`.
+///
+/// # Safety
+/// Every source offset is readable and `d` has room for `n·rep` elements.
+#[inline]
+unsafe fn repeat(s: *const f32, st: isize, d: *mut f32, n: usize, rep: usize) {
+    match (rep, st) {
+        // The common case (2× upsampling of a contiguous row), as a loop the compiler
+        // vectorizes.
+        (2, 1) => {
+            let (src, dst) = (std::slice::from_raw_parts(s, n), std::slice::from_raw_parts_mut(d, 2 * n));
+            for (pair, &v) in dst.chunks_exact_mut(2).zip(src) {
+                pair[0] = v;
+                pair[1] = v;
+            }
+        }
+        _ => {
+            for j in 0..n {
+                let v = *s.offset(j as isize * st);
+                for k in 0..rep {
+                    *d.add(j * rep + k) = v;
+                }
+            }
+        }
+    }
+}
 
 /// `d[b·n + j] = s[b·rs + j·cs]` for `b < g`, `j < n` (`g ≤ TILE` rows of a transpose-like
 /// gather), column by column.
@@ -175,6 +220,33 @@ mod tests {
                 src[off as usize]
             })
             .collect()
+    }
+
+    /// Short broadcasts innermost (nearest-neighbour upsampling): repeated 2×, 3× and 8×,
+    /// over contiguous and strided rows, with dimensions of 1 between, across threads.
+    #[test]
+    fn repeated_gathers_match_reference() {
+        let src: Vec<f32> = (0..300_000).map(|i| i as f32).collect();
+        let cases: [(Vec<usize>, Vec<isize>, usize); 6] = [
+            (vec![4096, 64, 2, 1], vec![64, 1, 0, 1], 0),
+            (vec![64, 2, 64, 2], vec![64, 0, 1, 0], 0),
+            (vec![7, 33, 3], vec![40, 1, 0], 3),
+            (vec![5, 17, 8], vec![1, 5, 0], 0),
+            (vec![9, 2], vec![-1, 0], 8),
+            (vec![3, 1, 2], vec![2, 5, 0], 1),
+        ];
+        for (shape, strides, offset) in &cases {
+            let want = gather(&src, shape, strides, *offset);
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                let mut dst = vec![f32::NAN; want.len()];
+                pool.install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).expect("copy");
+                assert!(
+                    dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "shape {shape:?} strides {strides:?} offset {offset} threads {threads}"
+                );
+            }
+        }
     }
 
     /// The tiled (transpose-like) path: partial tiles at the end of each outer run, tiles

@@ -121,7 +121,7 @@ fn main() {
         println!("\n| step | ms | kernel | inputs | output |\n|---:|---:|---|---|---|");
         for &i in order.iter().take(top) {
             let s = &exe.plan().steps[i];
-            let ins: Vec<String> = s.inputs.iter().map(|t| format!("{:?}", t.layout.shape)).collect();
+            let ins: Vec<String> = s.inputs.iter().map(|t| if matches!(s.kernel, tg_runtime::Kernel::Copy) { format!("{:?} strides {:?}", t.layout.shape, t.layout.strides) } else { format!("{:?}", t.layout.shape) }).collect();
             let k = format!("{:?}", s.kernel);
             println!("| {i} | {:.3} | {} | {} | {:?} |", per_step[i] as f64 / runs as f64 / 1e6, &k[..k.len().min(160)], ins.join(" "), s.output.layout.shape);
         }

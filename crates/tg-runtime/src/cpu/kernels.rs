@@ -324,6 +324,13 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
                 DType::Quant(_) => return Err("quantized output".into()),
             }
         }
+        // An f32 view copied as it is: the strided copy kernel (merged dimensions, tiled
+        // transposes, repeated broadcasts).
+        Kernel::Copy if ins[0].1.dtype == DType::F32 && out.dtype == DType::F32 => {
+            let l = ins[0].1;
+            let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
+            tg_kernels::copy_strided_f32(cast_slice::<f32>(ins[0].0)?, &l.shape, &l.strides, l.offset, o).map_err(|e| e.to_string())?;
+        }
         Kernel::Cast | Kernel::Copy => {
             let l = ins[0].1;
             let a = Src::new(ins[0].0, l)?;
