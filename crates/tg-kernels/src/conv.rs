@@ -537,6 +537,7 @@ pub fn conv2d_implicit_f32_with(
     let g = *g;
     let [ih, iw] = g.in_hw;
     let [kh, kw] = g.size;
+    let pointwise = g.size == [1, 1] && g.stride == [1, 1] && g.pad_begin == [0, 0] && g.pad_end == [0, 0];
     for_ranges(units, min_units, 1, |r| {
         let mut panel = PANEL.with(|c| c.take());
         for u in r {
@@ -544,6 +545,21 @@ pub fn conv2d_implicit_f32_with(
             let (b, gi) = (item / groups, item % groups);
             let (j0, j1) = (blk * cb, ((blk + 1) * cb).min(p));
             let w = j1 - j0;
+            if pointwise {
+                // A 1×1 window of stride 1 without padding: the panel is the input itself,
+                // rows of `p` positions, read in place.
+                // SAFETY: as below; rows gi·cg.. of image b at columns j0..j1.
+                unsafe {
+                    let xb = xp.get().add((b * g.c + gi * cg) * p + j0) as *const f32;
+                    let a = wp.get().add(gi * mg * k) as *const f32;
+                    let c = op.get().add((b * m + gi * mg) * p + j0);
+                    crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, xb, p, w, k, c, p);
+                    if let Some(act) = act {
+                        crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
+                    }
+                }
+                continue;
+            }
             panel.clear();
             panel.resize(k * w, 0.0);
             // SAFETY: reads stay in `x` (the window arithmetic was checked by `out_hw`);

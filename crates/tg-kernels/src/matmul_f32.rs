@@ -340,11 +340,22 @@ enum Form {
 /// `a` holds `rows` rows of `k`, `panel` `k·w` elements and `c` `rows` rows of `w` at stride
 /// `ldc`; `isa` is available.
 pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usize, panel: *const f32, w: usize, k: usize, c: *mut f32, ldc: usize) {
+    gemm_panel_strided(isa, a, a_rs, rows, panel, w, w, k, c, ldc)
+}
+
+/// [`gemm_panel`] with the panel's rows `panel_rs ≥ w` apart (a block of columns of a
+/// wider matrix: a pointwise convolution's input read in place).
+///
+/// # Safety
+/// As [`gemm_panel`], with `panel` holding `k` rows of `w` at stride `panel_rs`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_panel_strided(isa: Isa, a: *const f32, a_rs: usize, rows: usize, panel: *const f32, panel_rs: usize, w: usize, k: usize, c: *mut f32, ldc: usize) {
     struct PanelTask {
         a: *const f32,
         a_rs: usize,
         rows: usize,
         panel: *const f32,
+        panel_rs: usize,
         w: usize,
         k: usize,
         c: *mut f32,
@@ -354,11 +365,15 @@ pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usiz
         type Output = ();
         #[inline(always)]
         unsafe fn run<S: SimdDecode>(self) {
-            let PanelTask { a, a_rs, rows, panel, w, k, c, ldc } = self;
-            gemm_panel_on::<S>(a, a_rs, rows, panel, w, k, c, ldc)
+            let PanelTask { a, a_rs, rows, panel, panel_rs, w, k, c, ldc } = self;
+            if S::LANES >= 16 {
+                gemm_axpy::<S, 4, 4>(a, a_rs, 1, panel, panel_rs, c, ldc, k, 0..rows, 0..w)
+            } else {
+                gemm_axpy::<S, 2, AVX2_ROWS>(a, a_rs, 1, panel, panel_rs, c, ldc, k, 0..rows, 0..w)
+            }
         }
     }
-    run_on(isa, PanelTask { a, a_rs, rows, panel, w, k, c, ldc })
+    run_on(isa, PanelTask { a, a_rs, rows, panel, panel_rs, w, k, c, ldc })
 }
 
 /// [`gemm_panel`] inside a kernel body already running on `S` (no dispatch).

@@ -18,7 +18,7 @@ use common::*;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    add_rms_norm_with, attention_layout_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with, rms_norm_with, rope_neox_with, softmax_rows_with,
+    add_rms_norm_with, attention_layout_with, attention_row_mask_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with, rms_norm_with, rope_neox_with, softmax_rows_with,
     AttnLayout, Isa, KernelError,
 };
 
@@ -580,6 +580,31 @@ fn attention_matches_reference() {
         });
     }
     worst.print("attention");
+}
+
+/// One mask row for every query position (a broadcast mask) gives exactly what that row
+/// repeated as a full `[sq, sk]` mask gives: the same arithmetic, in both layouts, on every
+/// ISA and thread count, for each case's first mask row (causal cases: a row with −∞).
+#[test]
+fn attention_row_mask_equals_repeated_rows() {
+    for (case, &(n_kv, group, sq, sk, hd, mk)) in ATTN_CASES.iter().enumerate() {
+        let what = format!("attention (row mask) n_kv={n_kv} group={group} sq={sq} sk={sk} hd={hd} {mk:?}");
+        let a = random_attn(&mut case_rng(&what, 700 + case as u64), n_kv, group, sq, sk, hd, mk);
+        let row = a.mask[..sk].to_vec();
+        let full: Vec<f32> = (0..sq).flat_map(|_| row.iter().copied()).collect();
+        for layout in [AttnLayout::HeadMajor, AttnLayout::SeqMajor] {
+            each_config(|isa, t| {
+                let n = n_kv * group * sq * hd;
+                let (mut want, mut got) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                attention_layout_with(isa, layout, &a.q, &a.k, &a.v, &full, n_kv, group, sq, sk, hd, a.scale, &mut want).unwrap();
+                attention_row_mask_with(isa, layout, &a.q, &a.k, &a.v, &row, n_kv, group, sq, sk, hd, a.scale, &mut got).unwrap();
+                assert!(want.iter().zip(&got).all(|(w, g)| w.to_bits() == g.to_bits()), "{what} {layout:?} {isa} t{t}");
+            });
+        }
+    }
+    let a = random_attn(&mut case_rng("row mask length", 799), 1, 1, 4, 8, 16, Mask::Zero);
+    let mut out = vec![0f32; 4 * 16];
+    assert!(attention_row_mask_with(Isa::Scalar, AttnLayout::HeadMajor, &a.q, &a.k, &a.v, &a.mask, 1, 1, 4, 8, 16, a.scale, &mut out).is_err(), "a full mask is not a row");
 }
 
 /// Rows of `x`, head-major `[n_kv, group, sq, hd]` (the shape of `a`), in the position-major

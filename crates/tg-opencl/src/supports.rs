@@ -72,7 +72,9 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
         }
         Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. } => {
             let d = ins[0].shape[3];
-            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}", kernel.name()))
+            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}", kernel.name()))?;
+            // The kernels read the mask as a contiguous matrix; a broadcast one is copied.
+            need(ins[3].is_contiguous(), || format!("{}: the mask must be contiguous here", kernel.name()))
         }
         Kernel::Fill { .. }
         | Kernel::Iota { .. }

@@ -214,7 +214,8 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
         }
         Kernel::Attention { .. } => {
             arity(4)?;
-            fused_f32(ins)?;
+            fused_f32(&ins[..3])?;
+            attention_mask(&ins[3])?;
             let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
             need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention: q, k, v must be rank 4".into())?;
             let (nkv, d) = (q.shape[0], q.shape[3]);
@@ -225,7 +226,8 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
         }
         Kernel::AttentionSeqMajor { .. } => {
             arity(4)?;
-            fused_f32(ins)?;
+            fused_f32(&ins[..3])?;
+            attention_mask(&ins[3])?;
             let (q, k, v, m) = (&ins[0], &ins[1], &ins[2], &ins[3]);
             need(q.shape.len() == 4 && k.shape.len() == 4 && v.shape.len() == 4, || "attention_seq_major: q, k, v must be rank 4".into())?;
             let (sq, nkv, d) = (q.shape[0], q.shape[1], q.shape[3]);
@@ -279,6 +281,15 @@ fn window_shapes(op: &tg_ir::Op, ins: &[Layout], out: &Layout) -> Result<(), Str
 }
 
 /// All operands contiguous f32 (the fused kernels read plain rows).
+/// An attention mask: f32, one contiguous `[sq, sk]` matrix, or one row broadcast over the
+/// positions (stride 0 on every axis but the last) or one value broadcast to all (stride 0
+/// everywhere) — what an exporter's "no mask" becomes, read without materializing it.
+fn attention_mask(m: &Layout) -> Result<(), String> {
+    let last = m.strides.len().saturating_sub(1);
+    let broadcast = m.strides[..last].iter().all(|&s| s == 0) && m.strides.get(last).is_some_and(|&s| s == 0 || s == 1);
+    need(m.dtype == DType::F32 && (m.is_contiguous() || broadcast), || "attention: the mask must be f32, contiguous or one row / one value broadcast".into())
+}
+
 fn fused_f32(ins: &[Layout]) -> Result<(), String> {
     need(ins.iter().all(|l| l.dtype == DType::F32 && l.is_contiguous()), || "fused kernels need contiguous f32 operands".into())
 }

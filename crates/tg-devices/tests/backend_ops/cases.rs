@@ -871,6 +871,21 @@ fn large(v: &mut Vec<Case>) {
         let o = b.g.push(op, &[q, k, vv, mt], None).expect("attention");
         v.push(b.finish(kernel, o, TRANSC));
     }
+    // Broadcast masks, read in place by the CPU (one row; one value) and copied for OpenCL:
+    // what exporters' "no mask" attention lowers to.
+    for (what, shape) in [("one mask row broadcast", vec![1usize, 40]), ("one mask value broadcast", vec![])] {
+        let (nkv, g, sq, sk, d) = (2usize, 2usize, 33usize, 40usize, 32usize);
+        let mut b = B::new(format!("attention head-major n_kv={nkv} group={g} sq={sq} sk={sk} d={d}: {what}"));
+        let q = b.f32_in(&[nkv, g, sq, d], &[], -1.0, 1.0);
+        let k = b.f32_in(&[nkv, 1, sk, d], &[], -1.0, 1.0);
+        let vv = b.f32_in(&[nkv, 1, sk, d], &[], -1.0, 1.0);
+        let n: usize = shape.iter().product();
+        let m: Vec<f32> = (0..n).map(|j| if j % 7 == 3 { f32::NEG_INFINITY } else { (j % 5) as f32 * 0.25 - 0.5 }).collect();
+        let mt = b.input(&shape, f(m), &[E(vec![sq, sk])]);
+        let bits = (1.0 / (d as f64).sqrt()).to_bits();
+        let o = b.g.push(Op::Attention { scale_bits: bits }, &[q, k, vv, mt], None).expect("attention");
+        v.push(b.finish(Kernel::Attention { scale_bits: bits }, o, TRANSC));
+    }
     {
         // Many query rows of the largest head size: each work item holds d-float arrays, so
         // an OpenCL work-group of thousands of rows overflowed PoCL's worker stacks (a crash

@@ -63,6 +63,9 @@ struct Geo {
     sk: usize,
     hd: usize,
     scale: f32,
+    /// Elements between the mask rows of consecutive query positions: `sk`, or 0 for one
+    /// row shared by every position.
+    mask_rs: usize,
 }
 
 impl Geo {
@@ -387,8 +390,8 @@ impl IsaTask for TileTask {
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
         let TileTask { q, k, v, mask, out, geo, head, rows, blocks, part } = self;
-        let Geo { sq, sk, hd, scale, .. } = geo;
-        let mask = std::slice::from_raw_parts(mask, sq * sk);
+        let Geo { sq, sk, hd, scale, mask_rs, .. } = geo;
+        let mask = std::slice::from_raw_parts(mask, if mask_rs == 0 { sk } else { sq * sk });
         let l = S::LANES;
         let nr = rows.len();
         debug_assert!((1..=RB).contains(&nr));
@@ -427,7 +430,7 @@ impl IsaTask for TileTask {
             let mut any = false;
             for (gi, g_span) in span.iter_mut().enumerate().take(nr.div_ceil(4)) {
                 let t = 4 * gi;
-                *g_span = visible(mask, sk, &qi[t..nr.min(t + 4)], j0, kb);
+                *g_span = visible(mask, mask_rs, &qi[t..nr.min(t + 4)], j0, kb);
                 any |= g_span.0 < g_span.1;
             }
             if !any {
@@ -460,7 +463,7 @@ impl IsaTask for TileTask {
             // `alpha` holds `m_old − m_new` until the vector pass below.
             for t in 0..nr {
                 let row = sp.add(t * KB);
-                let bm = scale_mask_max::<S>(row, mask.as_ptr().add(qi[t] * sk + j0), scale, kb, kbv);
+                let bm = scale_mask_max::<S>(row, mask.as_ptr().add(qi[t] * mask_rs + j0), scale, kb, kbv);
                 let m_new = if bm > m[t] { bm } else { m[t] };
                 if m_new == f32::NEG_INFINITY {
                     // Nothing visible yet: this block adds nothing to the row.
@@ -602,6 +605,52 @@ pub fn attention_layout_with(
     scale: f32,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    check_len("attention: mask", mul("attention", sq, sk)?, mask.len())?;
+    attention_rows(isa, layout, q, k, v, mask, sk, n_kv, group, sq, sk, head_dim, scale, out)
+}
+
+/// [`attention_layout_with`] with one mask row `[sk]` shared by every query position (a
+/// mask broadcast over positions, or a single value broadcast to a row): the same result
+/// as that row repeated `sq` times, without reading `sq·sk` mask values.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_row_mask_with(
+    isa: Isa,
+    layout: AttnLayout,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask_row: &[f32],
+    n_kv: usize,
+    group: usize,
+    sq: usize,
+    sk: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    check_len("attention: mask row", sk, mask_row.len())?;
+    attention_rows(isa, layout, q, k, v, mask_row, 0, n_kv, group, sq, sk, head_dim, scale, out)
+}
+
+/// The attention of [`attention_layout_with`] with mask rows `mask_rs` apart (`sk`, or 0:
+/// one row for all positions; `mask` checked to hold them).
+#[allow(clippy::too_many_arguments)]
+fn attention_rows(
+    isa: Isa,
+    layout: AttnLayout,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: &[f32],
+    mask_rs: usize,
+    n_kv: usize,
+    group: usize,
+    sq: usize,
+    sk: usize,
+    head_dim: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     const W: &str = "attention";
     let isa = checked(isa)?;
     let heads = mul(W, n_kv, group)?;
@@ -611,13 +660,12 @@ pub fn attention_layout_with(
     check_len("attention: q", q_len, q.len())?;
     check_len("attention: k", kv_len, k.len())?;
     check_len("attention: v", kv_len, v.len())?;
-    check_len("attention: mask", mul(W, sq, sk)?, mask.len())?;
     check_len("attention: out", q_len, out.len())?;
     if out.is_empty() {
         return Ok(());
     }
 
-    let geo = Geo { seq_major: layout == AttnLayout::SeqMajor, n_kv, group, sq, sk, hd: head_dim, scale };
+    let geo = Geo { seq_major: layout == AttnLayout::SeqMajor, n_kv, group, sq, sk, hd: head_dim, scale, mask_rs };
     let threads = threads();
     let fmas = (n_kv * rows_per_head).saturating_mul(sk).saturating_mul(2 * head_dim);
     let parallel = threads > 1 && fmas >= MIN_PARALLEL_FMAS;
@@ -695,7 +743,7 @@ fn split_keys(mask: &[f32], geo: &Geo, tile: usize, tiles: usize, max_chunks: us
         let w = &mut weight[t * nb..(t + 1) * nb];
         for (b, wb) in w.iter_mut().enumerate() {
             let j0 = b * KB;
-            let (lo, hi, _) = visible(mask, sk, &pos, j0, (sk - j0).min(KB));
+            let (lo, hi, _) = visible(mask, geo.mask_rs, &pos, j0, (sk - j0).min(KB));
             *wb = hi.saturating_sub(lo);
         }
         fmas = fmas.saturating_add(w.iter().sum::<usize>().saturating_mul(rows.len() * 2 * hd));

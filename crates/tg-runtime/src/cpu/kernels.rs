@@ -565,10 +565,19 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
                 _ => (tg_kernels::AttnLayout::SeqMajor, (q[1], q[2], q[0], q[3])),
             };
             let sk = ins[1].1.shape[2];
-            let (qv, kv, vv, mv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, f32_in(ins, 3)?);
+            let (qv, kv, vv) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
             let scale = f64::from_bits(*scale_bits) as f32;
-            tg_kernels::attention_layout_with(tg_kernels::isa(), layout, qv, kv, vv, mv, nkv, g, sq, sk, d, scale, o).map_err(|e| e.to_string())?;
+            let ml = ins[3].1;
+            let r = if ml.is_contiguous() {
+                tg_kernels::attention_layout_with(tg_kernels::isa(), layout, qv, kv, vv, f32_in(ins, 3)?, nkv, g, sq, sk, d, scale, o)
+            } else {
+                // A broadcast mask (the contract): one row, or one value made a row.
+                let m = &cast_slice::<f32>(ins[3].0)?[ml.offset..];
+                let row: Vec<f32> = if ml.strides.last() == Some(&0) { vec![m[0]; sk] } else { m[..sk].to_vec() };
+                tg_kernels::attention_row_mask_with(tg_kernels::isa(), layout, qv, kv, vv, &row, nkv, g, sq, sk, d, scale, o)
+            };
+            r.map_err(|e| e.to_string())?;
         }
     }
     Ok(())
