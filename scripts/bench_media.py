@@ -16,22 +16,19 @@ largest relative difference (terrain) or lowest cosine (audio) of the outputs.
 """
 import argparse
 import os
-import statistics
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 import tensor_graphs as tg
+from bench_onnx import default_models, timed  # the same model folder and timing rule
 
 SIGMA_MAX = 80.0
 
 
-def default_models() -> str:
-    if os.environ.get("TG_ONNX_MODELS"):
-        return os.environ["TG_ONNX_MODELS"]
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(xdg, "tensor-graphs", "onnx", "models-1")
+def seconds(run, n):
+    """The median seconds of a run (bench_onnx's rule: two warm-up runs, then `n`)."""
+    return timed(run, n) / 1e3
 
 
 def session(path, threads):
@@ -39,17 +36,6 @@ def session(path, threads):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
-def timed(run, n):
-    run()
-    run()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        run()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def terrain_rows(models, threads, batches, runs):
@@ -73,7 +59,7 @@ def terrain_rows(models, threads, batches, runs):
 
         want, got = ref(), ours()
         diff = float(np.abs(got - want).max() / np.abs(want).max())
-        s_o, s_t = timed(ref, runs), timed(ours, runs)
+        s_o, s_t = seconds(ref, runs), seconds(ours, runs)
         yield f"| terrain, batch {b} | {threads} | {b / s_o:.2f} samples/s | {b / s_t:.2f} samples/s | {s_o / s_t:.2f} | rel. {diff:.1e} |"
 
 
@@ -93,7 +79,7 @@ def audio_rows(models, threads, seconds, runs):
         return emb.run(None, {"input_1": w})[0].reshape(-1, 96)
 
     want = ref()
-    s_o = timed(ref, runs)
+    s_o = seconds(ref, runs)
     # The default (windows embedded in runs over many windows' frames), then window by
     # window as openwakeword does.
     for sliding, how in [(True, "sliding"), (False, "window by window")]:
@@ -104,7 +90,7 @@ def audio_rows(models, threads, seconds, runs):
 
         got = ours()
         cos = float(((got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)).min())
-        s_t = timed(ours, runs)
+        s_t = seconds(ours, runs)
         yield f"| audio embedding, {seconds:g} s clip, {how} | {threads} | {seconds / s_o:.1f}x real time | {seconds / s_t:.1f}x real time | {s_o / s_t:.2f} | cos {cos:.7f} |"
 
 

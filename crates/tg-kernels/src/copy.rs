@@ -222,6 +222,22 @@ mod tests {
             .collect()
     }
 
+    /// Each case copied on 1 and 2 threads equals the element-by-element gather, bit for bit.
+    fn check_gathers(src: &[f32], cases: &[(Vec<usize>, Vec<isize>, usize)]) {
+        for (shape, strides, offset) in cases {
+            let want = gather(src, shape, strides, *offset);
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                let mut dst = vec![f32::NAN; want.len()];
+                pool.install(|| copy_strided_f32(src, shape, strides, *offset, &mut dst)).expect("copy");
+                assert!(
+                    dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "shape {shape:?} strides {strides:?} offset {offset} threads {threads}"
+                );
+            }
+        }
+    }
+
     /// Short broadcasts innermost (nearest-neighbour upsampling): repeated 2×, 3× and 8×,
     /// over contiguous and strided rows, with dimensions of 1 between, across threads.
     #[test]
@@ -235,18 +251,7 @@ mod tests {
             (vec![9, 2], vec![-1, 0], 8),
             (vec![3, 1, 2], vec![2, 5, 0], 1),
         ];
-        for (shape, strides, offset) in &cases {
-            let want = gather(&src, shape, strides, *offset);
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-                let mut dst = vec![f32::NAN; want.len()];
-                pool.install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).expect("copy");
-                assert!(
-                    dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "shape {shape:?} strides {strides:?} offset {offset} threads {threads}"
-                );
-            }
-        }
+        check_gathers(&src, &cases);
     }
 
     /// The tiled (transpose-like) path: partial tiles at the end of each outer run, tiles
@@ -268,17 +273,6 @@ mod tests {
             // Fewer rows than a tile.
             (vec![3, 40], vec![1, 5], 2),
         ];
-        for (shape, strides, offset) in &cases {
-            let want = gather(&src, shape, strides, *offset);
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-                let mut dst = vec![f32::NAN; want.len()];
-                pool.install(|| copy_strided_f32(&src, shape, strides, *offset, &mut dst)).expect("copy");
-                assert!(
-                    dst.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "shape {shape:?} strides {strides:?} offset {offset} threads {threads}"
-                );
-            }
-        }
+        check_gathers(&src, &cases);
     }
 }
