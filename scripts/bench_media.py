@@ -26,7 +26,7 @@ from bench_onnx import default_models, timed  # the same model folder and timing
 SIGMA_MAX = 80.0
 
 
-def seconds(run, n):
+def median_s(run, n):
     """The median seconds of a run (bench_onnx's rule: two warm-up runs, then `n`)."""
     return timed(run, n) / 1e3
 
@@ -59,7 +59,7 @@ def terrain_rows(models, threads, batches, runs):
 
         want, got = ref(), ours()
         diff = float(np.abs(got - want).max() / np.abs(want).max())
-        s_o, s_t = seconds(ref, runs), seconds(ours, runs)
+        s_o, s_t = median_s(ref, runs), median_s(ours, runs)
         yield f"| terrain, batch {b} | {threads} | {b / s_o:.2f} samples/s | {b / s_t:.2f} samples/s | {s_o / s_t:.2f} | rel. {diff:.1e} |"
 
 
@@ -79,7 +79,7 @@ def audio_rows(models, threads, seconds, runs):
         return emb.run(None, {"input_1": w})[0].reshape(-1, 96)
 
     want = ref()
-    s_o = seconds(ref, runs)
+    s_o = median_s(ref, runs)
     # The default (windows embedded in runs over many windows' frames), then window by
     # window as openwakeword does.
     for sliding, how in [(True, "sliding"), (False, "window by window")]:
@@ -90,7 +90,7 @@ def audio_rows(models, threads, seconds, runs):
 
         got = ours()
         cos = float(((got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)).min())
-        s_t = seconds(ours, runs)
+        s_t = median_s(ours, runs)
         yield f"| audio embedding, {seconds:g} s clip, {how} | {threads} | {seconds / s_o:.1f}x real time | {seconds / s_t:.1f}x real time | {s_o / s_t:.2f} | cos {cos:.7f} |"
 
 
