@@ -461,7 +461,6 @@ pub fn conv2d_winograd_f32_with(
     epilogue: Option<(&[f32], crate::Act)>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
-    let isa = crate::isa::checked(isa)?;
     let Some(tile) = winograd_tile(g, groups, m) else {
         return Err(KernelError::Shape(format!(
             "conv2d (Winograd): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels over >= 128 2x2 tiles"

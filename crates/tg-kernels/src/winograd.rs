@@ -62,22 +62,18 @@ pub(crate) fn tile(g: &Window2d, groups: usize, m: usize, [oh, ow]: [usize; 2]) 
 /// The transforms of one tile size: `α = m + 2` rows, tables padded to the largest (6).
 /// The kernels read them as constants of their instantiation (`F2`, `F4`).
 struct Transforms {
-    /// Output tile (m).
-    m: usize,
     bt: [[f32; 6]; 6],
     g: [[f32; 3]; 6],
     at: [[f32; 6]; 4],
 }
 
 const F2: Transforms = Transforms {
-    m: 2,
     bt: [[1.0, 0.0, -1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0.0, -1.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0, 0.0], [0.0; 6], [0.0; 6]],
     g: [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0], [0.0; 3], [0.0; 3]],
     at: [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0, -1.0, -1.0, 0.0, 0.0], [0.0; 6], [0.0; 6]],
 };
 
 const F4: Transforms = Transforms {
-    m: 4,
     bt: [
         [4.0, 0.0, -5.0, 0.0, 1.0, 0.0],
         [0.0, -4.0, -4.0, 1.0, 1.0, 0.0],
@@ -96,14 +92,6 @@ const F4: Transforms = Transforms {
     ],
     at: [[1.0, 1.0, 1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, 2.0, -2.0, 0.0], [0.0, 1.0, 1.0, 4.0, 4.0, 0.0], [0.0, 1.0, -1.0, 8.0, -8.0, 1.0]],
 };
-
-fn transforms(m: usize) -> &'static Transforms {
-    if m == 4 {
-        &F4
-    } else {
-        &F2
-    }
-}
 
 /// `U [α²][M][C]`: the transformed filters `G g Gᵀ` of `w [M, C, 3, 3]`, in f32 vectors
 /// over 16 or 8 input channels at a time (the taps of those channels transposed first).
@@ -209,9 +197,8 @@ thread_local! {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], Act)>, out: &mut [f32]) {
     let Ok([oh, ow]) = g.out_hw() else { return };
-    let f = transforms(tile);
     let c = g.c;
-    let (th, tw) = (oh.div_ceil(f.m), ow.div_ceil(f.m));
+    let (th, tw) = (oh.div_ceil(tile), ow.div_ceil(tile));
     let rb = (BLOCK_TILES / tw).clamp(1, th);
     let blocks = th.div_ceil(rb);
     let u = filters(isa, tile, weights, m, c);
@@ -229,10 +216,10 @@ pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x:
             unsafe {
                 run_on(
                     isa,
-                    Block { f, g, m, ohw: [oh, ow], tw, ty0, rows, x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]), u: up.get(), out: op.get().add(b * m * oh * ow), s: &mut s },
+                    Block { tile, g, m, ohw: [oh, ow], tw, ty0, rows, x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]), u: up.get(), out: op.get().add(b * m * oh * ow), s: &mut s },
                 );
                 if let Some((bp, act)) = bias {
-                    let (oy0, oy1) = (f.m * ty0, (f.m * (ty0 + rows)).min(oh));
+                    let (oy0, oy1) = (tile * ty0, (tile * (ty0 + rows)).min(oh));
                     crate::fused::epilogue::bias_act_block(isa, op.get().add(b * m * oh * ow + oy0 * ow), oh * ow, m, (oy1 - oy0) * ow, bp.get(), act);
                 }
             }
@@ -243,7 +230,8 @@ pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x:
 
 /// One block of tile rows `ty0 .. ty0 + rows` of one image.
 struct Block<'a> {
-    f: &'static Transforms,
+    /// Output tile: 2 or 4.
+    tile: usize,
     g: Window2d,
     m: usize,
     ohw: [usize; 2],
@@ -294,7 +282,7 @@ impl IsaTask for Block<'_> {
     type Output = ();
     #[inline(always)]
     unsafe fn run<S: SimdDecode>(self) {
-        if self.f.m == 4 {
+        if self.tile == 4 {
             self.run_tile::<S, 4, 6>()
         } else {
             self.run_tile::<S, 2, 4>()

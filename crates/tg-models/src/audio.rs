@@ -290,26 +290,22 @@ impl AudioEmbedder {
         self.sliding_on && self.sliding.is_some()
     }
 
+    /// Every model of the pipeline: mel, embedding (window by window and sliding) and the
+    /// wake words.
+    fn models_mut(&mut self) -> impl Iterator<Item = &mut Onnx> {
+        [&mut self.mel, &mut self.embed].into_iter().chain(self.sliding.as_mut()).chain(self.wakewords.iter_mut().map(|(_, m)| m))
+    }
+
     /// Compile options of the plans compiled from now on (every model).
     pub fn set_compile_options(&mut self, options: CompileOptions) {
-        self.mel.set_compile_options(options.clone());
-        self.embed.set_compile_options(options.clone());
-        if let Some(m) = &mut self.sliding {
-            m.set_compile_options(options.clone());
-        }
-        for (_, m) in &mut self.wakewords {
+        for m in self.models_mut() {
             m.set_compile_options(options.clone());
         }
     }
 
     /// Where compiled plans are kept across processes.
     pub fn set_plan_store(&mut self, store: Option<tg_compiler::PlanStore>) {
-        self.mel.set_plan_store(store.clone());
-        self.embed.set_plan_store(store.clone());
-        if let Some(m) = &mut self.sliding {
-            m.set_plan_store(store.clone());
-        }
-        for (_, m) in &mut self.wakewords {
+        for m in self.models_mut() {
             m.set_plan_store(store.clone());
         }
     }

@@ -21,24 +21,14 @@ import subprocess
 import wave
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import tensor_graphs as tg
+from onnx_reference import ort_session, rel_err
 
 TERRAIN = "terrain_consistency_unet_difficulty100.onnx"
 SIGMA_MIN, SIGMA_MAX, RHO = 0.002, 80.0, 7.0
 HEIGHT_RANGE, ASINH_SCALE = 22.16864013671875, 0.1
-
-
-def session(path):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def rel_err(got, want):
-    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 
 
 # ---------------------------------------------------------------- terrain
@@ -46,7 +36,7 @@ def rel_err(got, want):
 
 @pytest.fixture(scope="module")
 def unet(onnx_models):
-    return session(onnx_models / TERRAIN)
+    return ort_session(onnx_models / TERRAIN)
 
 
 @pytest.fixture(scope="module")
@@ -219,9 +209,9 @@ class Reference:
     """openwakeword's pipeline on onnxruntime."""
 
     def __init__(self, folder):
-        self.mel = session(folder / "melspectrogram.onnx")
-        self.emb = session(folder / "embedding_model.onnx")
-        self.cls = session(folder / "hey_jarvis_v0.1.onnx")
+        self.mel = ort_session(folder / "melspectrogram.onnx")
+        self.emb = ort_session(folder / "embedding_model.onnx")
+        self.cls = ort_session(folder / "hey_jarvis_v0.1.onnx")
         silent = self.mel.run(None, {"input": np.zeros((1, 16000), np.float32)})[0][0, 0] / 10 + 2
         self.silence = self.emb.run(None, {"input_1": silent[None, :76, :, None]})[0].reshape(96)
 

@@ -12,22 +12,12 @@ The models come from ``scripts/fetch_onnx_models.py`` (the ``onnx_models`` fixtu
 """
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import tensor_graphs.onnx as tgx
+from onnx_reference import ort_session, rel_err
 
 TERRAIN = "terrain_consistency_unet_difficulty100.onnx"
-
-
-def ort_session(path):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def rel_err(got, want):
-    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 
 
 @pytest.mark.parametrize("batch", [1, 2])

@@ -324,9 +324,9 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
                 DType::Quant(_) => return Err("quantized output".into()),
             }
         }
-        // An f32 view copied as it is: the strided copy kernel (merged dimensions, tiled
-        // transposes, repeated broadcasts).
-        Kernel::Copy if ins[0].1.dtype == DType::F32 && out.dtype == DType::F32 => {
+        // An f32 view copied as it is (a copy, or a cast to its own type): the strided copy
+        // kernel (merged dimensions, tiled transposes, repeated broadcasts).
+        Kernel::Copy | Kernel::Cast if ins[0].1.dtype == DType::F32 && out.dtype == DType::F32 => {
             let l = ins[0].1;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
             tg_kernels::copy_strided_f32(cast_slice::<f32>(ins[0].0)?, &l.shape, &l.strides, l.offset, o).map_err(|e| e.to_string())?;
@@ -340,12 +340,6 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
             match out.dtype {
                 DType::F32 => {
                     let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-                    if let Src::F32(av) = a {
-                        if s == 1 {
-                            for_rows(o, row_len, |r, orow| orow.copy_from_slice(&av[starts[r]..][..orow.len()]));
-                            return Ok(());
-                        }
-                    }
                     for_rows(o, row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get(at(r, j))));
                 }
                 DType::I32 => for_rows(&mut cast_slice_mut::<i32>(out_b)?[..n_out], row_len, |r, orow| orow.iter_mut().enumerate().for_each(|(j, v)| *v = a.get_i(at(r, j)))),
