@@ -42,7 +42,7 @@ pub(crate) mod epilogue;
 mod norm;
 
 pub use act::{gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh, gelu_tanh_with, softmax_rows, softmax_rows_with};
-pub use attention::{attention, attention_layout_with, attention_row_mask_with, attention_with, AttnLayout};
+pub use attention::{attention, attention_is_dense, attention_layout_with, attention_row_mask_with, attention_with, AttnLayout};
 pub use epilogue::{bias_act_rows, bias_act_rows_with, group_norm, group_norm_with, Act, GroupNormShape};
 pub use norm::{add_rms_norm, add_rms_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with};
 

@@ -49,7 +49,7 @@ pub use elementwise::{
     binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast, binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
 };
 pub use fused::{
-    add_rms_norm, add_rms_norm_with, attention, attention_layout_with, attention_row_mask_with, attention_with, bias_act_rows, bias_act_rows_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
+    add_rms_norm, add_rms_norm_with, attention, attention_is_dense, attention_layout_with, attention_row_mask_with, attention_with, bias_act_rows, bias_act_rows_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
     gelu_tanh_with, group_norm, group_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with, softmax_rows, softmax_rows_with,
     Act, AttnLayout, GroupNormShape,
 };

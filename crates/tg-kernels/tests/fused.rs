@@ -18,8 +18,8 @@ use common::*;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    add_rms_norm_with, attention_layout_with, attention_row_mask_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with, rms_norm_with, rope_neox_with, softmax_rows_with,
-    AttnLayout, Isa, KernelError,
+    add_rms_norm_with, attention_is_dense, attention_layout_with, attention_row_mask_with, attention_with, gated_gelu_tanh_with, gelu_tanh_with, rms_norm_rope_neox_with,
+    rms_norm_with, rope_neox_with, softmax_rows_with, AttnLayout, Isa, KernelError,
 };
 
 /// Unit roundoff of f32.
@@ -529,7 +529,10 @@ fn make_mask(r: &mut ChaCha8Rng, kind: Mask, sq: usize, sk: usize) -> Vec<f32> {
 }
 
 /// (n_kv, group, sq, sk, head_dim, mask)
-const ATTN_CASES: [(usize, usize, usize, usize, usize, Mask); 17] = [
+/// Cases with no −∞ in the mask and at least 6 query rows per head take the dense path (see
+/// `attention_takes_both_paths`): the last four are shaped for its tails (keys not a multiple
+/// of 32, head dimensions not a multiple of 8, rows not a multiple of 6, groups).
+const ATTN_CASES: [(usize, usize, usize, usize, usize, Mask); 21] = [
     (1, 1, 1, 1, 32, Mask::Zero),
     (1, 4, 1, 130, 256, Mask::Zero),
     (1, 4, 1, 517, 256, Mask::Window(100)),
@@ -547,7 +550,27 @@ const ATTN_CASES: [(usize, usize, usize, usize, usize, Mask); 17] = [
     (2, 1, 40, 129, 33, Mask::CausalDeadRows),
     (2, 2, 5, 5, 32, Mask::All),
     (1, 2, 3, 64, 8, Mask::Zero),
+    (2, 1, 100, 77, 32, Mask::Zero),
+    (3, 1, 37, 300, 20, Mask::Random),
+    (1, 3, 13, 33, 17, Mask::Zero),
+    (2, 2, 9, 1, 64, Mask::Random),
 ];
+
+/// The cases above exercise both attention paths: the dense one (no −∞ in the mask, at least
+/// one register tile of query rows per head) and the flash loop.
+#[test]
+fn attention_takes_both_paths() {
+    let mut dense = 0;
+    for (case, &(n_kv, group, sq, sk, hd, mk)) in ATTN_CASES.iter().enumerate() {
+        let a = random_attn(&mut case_rng("paths", 900 + case as u64), n_kv, group, sq, sk, hd, mk);
+        let d = attention_is_dense(&a.mask, false, group, sq, sk);
+        assert_eq!(d, attention_is_dense(&a.mask[..sk], true, group, sq, sk), "case {case}: row mask decides like the full mask");
+        let finite = a.mask.iter().all(|&x| x != f32::NEG_INFINITY);
+        assert!(!d || finite, "case {case}: a mask with −∞ never takes the dense path");
+        dense += d as usize;
+    }
+    assert!(dense >= 5 && dense < ATTN_CASES.len() - 5, "{dense} of {} cases take the dense path", ATTN_CASES.len());
+}
 
 /// Random head-major q, k, v and a mask of kind `mk`, scaled so the scores are a few units (a
 /// realistic, not flat, softmax).

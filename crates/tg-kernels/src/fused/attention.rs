@@ -27,9 +27,15 @@
 //! `(m, l, O)` in a per-call scratch buffer, and a final pass combines them exactly,
 //! `O = Σ_c O_c·e^{m_c − m} / Σ_c l_c·e^{m_c − m}` with `m = max_c m_c`. Chunks are cut over
 //! the visible keys only, so a long cache with few visible keys costs what those keys cost.
+//!
+//! When no mask entry is −∞ (nothing to skip) and the keys fit in cache, a dense path runs
+//! instead (`dense.rs`): whole score rows per register tile, one exact softmax per row, no
+//! online rescaling.
 
 // Register-blocked kernels index small fixed-size arrays in loops and pass many scalars.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
+mod dense;
 
 use std::ops::Range;
 
@@ -632,6 +638,17 @@ pub fn attention_row_mask_with(
     attention_rows(isa, layout, q, k, v, mask_row, 0, n_kv, group, sq, sk, head_dim, scale, out)
 }
 
+/// Whether [`attention_layout_with`] (`row_mask` false: `mask` is `[sq, sk]`) or
+/// [`attention_row_mask_with`] (`row_mask` true: `mask` is one row) takes the dense path for
+/// this problem: whole score rows per register tile instead of the flash loop, when no mask
+/// entry is −∞ and the keys fit in cache. The two paths agree to rounding; this is for tests
+/// that must exercise both.
+#[doc(hidden)]
+pub fn attention_is_dense(mask: &[f32], row_mask: bool, group: usize, sq: usize, sk: usize) -> bool {
+    let n = if row_mask { sk } else { sq.saturating_mul(sk) };
+    mask.len() >= n && dense::applies(mask, if row_mask { 0 } else { sk }, group.saturating_mul(sq), sq, sk)
+}
+
 /// The attention of [`attention_layout_with`] with mask rows `mask_rs` apart (`sk`, or 0:
 /// one row for all positions; `mask` checked to hold them).
 #[allow(clippy::too_many_arguments)]
@@ -669,6 +686,10 @@ fn attention_rows(
     let threads = threads();
     let fmas = (n_kv * rows_per_head).saturating_mul(sk).saturating_mul(2 * head_dim);
     let parallel = threads > 1 && fmas >= MIN_PARALLEL_FMAS;
+    if dense::applies(mask, mask_rs, rows_per_head, sq, sk) {
+        dense::run(isa, &geo, q, k, v, mask, out, parallel, threads);
+        return Ok(());
+    }
     let mut tile = RB.min(rows_per_head);
     if parallel {
         // Smaller tiles for more work items, but not below one 4-row register tile: narrower
