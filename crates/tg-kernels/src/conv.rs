@@ -472,7 +472,17 @@ pub fn conv2d_winograd_f32_with(
 /// [`conv2d_winograd_f32_with`] with output tiles of `tile` (the geometry checked to allow
 /// it by the callers).
 #[allow(clippy::too_many_arguments)]
-fn winograd_checked(isa: Isa, tile: usize, g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
+fn winograd_checked(
+    isa: Isa,
+    tile: usize,
+    g: &Window2d,
+    groups: usize,
+    m: usize,
+    x: &[f32],
+    weights: &[f32],
+    epilogue: Option<(&[f32], crate::Act)>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let isa = crate::isa::checked(isa)?;
     let [oh, ow] = g.out_hw()?;
     if groups != 1 {
@@ -544,23 +554,28 @@ pub fn conv2d_implicit_f32_with(
             let (b, gi) = (item / groups, item % groups);
             let (j0, j1) = (blk * cb, ((blk + 1) * cb).min(p));
             let w = j1 - j0;
+            let ps = crate::matmul_f32::panel_stride(w);
+            panel.clear();
+            panel.resize(k * ps, 0.0);
             if pointwise {
-                // A 1×1 window of stride 1 without padding: the panel is the input itself,
-                // rows of `p` positions, read in place.
+                // A 1×1 window of stride 1 without padding: the panel is the input's rows of
+                // `p` positions at columns j0..j1, copied (read in place, rows `p` apart, they
+                // would alias in L1).
                 // SAFETY: as below; rows gi·cg.. of image b at columns j0..j1.
                 unsafe {
                     let xb = xp.get().add((b * g.c + gi * cg) * p + j0) as *const f32;
+                    for row in 0..k {
+                        std::ptr::copy_nonoverlapping(xb.add(row * p), panel.as_mut_ptr().add(row * ps), w);
+                    }
                     let a = wp.get().add(gi * mg * k) as *const f32;
                     let c = op.get().add((b * m + gi * mg) * p + j0);
-                    crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, xb, p, w, k, c, p);
+                    crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, panel.as_ptr(), ps, w, k, c, p);
                     if let Some(act) = act {
                         crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
                     }
                 }
                 continue;
             }
-            panel.clear();
-            panel.resize(k * w, 0.0);
             // SAFETY: reads stay in `x` (the window arithmetic was checked by `out_hw`);
             // this unit alone writes rows gi·mg.. of item b's output at columns j0..j1.
             unsafe {
@@ -569,7 +584,7 @@ pub fn conv2d_implicit_f32_with(
                     let (jy, jx) = (tap / kw, tap % kw);
                     let xplane = xp.get().add((b * g.c + gi * cg + ci) * ih * iw) as *const f32;
                     let (lo, hi, ix0) = g.cols(ow, jx);
-                    let prow = &mut panel[row * w..(row + 1) * w];
+                    let prow = &mut panel[row * ps..row * ps + w];
                     let mut pos = j0;
                     while pos < j1 {
                         let (oy, ox0) = (pos / ow, pos % ow);
@@ -594,7 +609,7 @@ pub fn conv2d_implicit_f32_with(
                 }
                 let a = wp.get().add(gi * mg * k) as *const f32;
                 let c = op.get().add((b * m + gi * mg) * p + j0);
-                crate::matmul_f32::gemm_panel(isa, a, k, mg, panel.as_ptr(), w, k, c, p);
+                crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, panel.as_ptr(), ps, w, k, c, p);
                 if let Some(act) = act {
                     crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
                 }

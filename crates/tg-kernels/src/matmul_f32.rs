@@ -43,15 +43,7 @@ pub struct MatView<'a> {
 impl<'a> MatView<'a> {
     /// A row-major `[batch[0], batch[1], rows, cols]` tensor stored contiguously.
     pub fn row_major(data: &'a [f32], batch: [usize; 2], rows: usize, cols: usize) -> Self {
-        MatView {
-            data,
-            offset: 0,
-            rows,
-            cols,
-            row_stride: cols,
-            col_stride: 1,
-            batch_strides: [batch[1] * rows * cols, rows * cols],
-        }
+        MatView { data, offset: 0, rows, cols, row_stride: cols, col_stride: 1, batch_strides: [batch[1] * rows * cols, rows * cols] }
     }
 
     /// The transpose of this view (rows ↔ columns), e.g. a `[n, k]` key matrix seen as `[k, n]`.
@@ -73,10 +65,7 @@ impl<'a> MatView<'a> {
         .sum::<u128>()
             + self.offset as u128;
         if max >= self.data.len() as u128 {
-            return Err(KernelError::Shape(format!(
-                "{what}: view reaches element {max} but the buffer holds {}",
-                self.data.len()
-            )));
+            return Err(KernelError::Shape(format!("{what}: view reaches element {max} but the buffer holds {}", self.data.len())));
         }
         Ok(())
     }
@@ -93,11 +82,7 @@ impl<'a> MatView<'a> {
 /// Dot-form tile: `out[r][c] = Σ_{kk<k} a[r][kk] · b[c][kk]` for `MR` rows of `a` and `NR` rows
 /// of `b`, all contiguous along `k`.
 #[inline(always)]
-pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(
-    a: [*const f32; MR],
-    b: [*const f32; NR],
-    k: usize,
-) -> [[f32; NR]; MR] {
+pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(a: [*const f32; MR], b: [*const f32; NR], k: usize) -> [[f32; NR]; MR] {
     let l = S::LANES;
     let mut acc = [[S::zero(); NR]; MR];
     let mut kk = 0;
@@ -147,15 +132,7 @@ pub(crate) unsafe fn micro_dot<S: Simd, const MR: usize, const NR: usize>(
 /// Axpy-form tile: `c[r][0..NV·L] = Σ_kk a[r][kk·a_cs] · b[kk·b_rs + 0..NV·L]`, or only the first
 /// `cols` columns when `cols < NV·L` (then `NV` must be 1).
 #[inline(always)]
-unsafe fn micro_axpy<S: Simd, const MR: usize, const NV: usize>(
-    a: [*const f32; MR],
-    a_cs: usize,
-    b: *const f32,
-    b_rs: usize,
-    k: usize,
-    c: [*mut f32; MR],
-    cols: usize,
-) {
+unsafe fn micro_axpy<S: Simd, const MR: usize, const NV: usize>(a: [*const f32; MR], a_cs: usize, b: *const f32, b_rs: usize, k: usize, c: [*mut f32; MR], cols: usize) {
     let l = S::LANES;
     let mut acc = [[S::zero(); NV]; MR];
     if cols == NV * l {
@@ -200,16 +177,7 @@ pub(crate) const MR: usize = 4;
 /// One matrix product `c[i0..i1, :] = a[i0..i1, :] · b` in dot form: `a` rows and `b` columns
 /// contiguous along `k` (`a_rs` between `a` rows, `b_cs` between `b` columns).
 #[inline(always)]
-unsafe fn gemm_dot<S: Simd, const NR: usize>(
-    a: *const f32,
-    a_rs: usize,
-    b: *const f32,
-    b_cs: usize,
-    c: *mut f32,
-    n: usize,
-    k: usize,
-    rows: std::ops::Range<usize>,
-) {
+unsafe fn gemm_dot<S: Simd, const NR: usize>(a: *const f32, a_rs: usize, b: *const f32, b_cs: usize, c: *mut f32, n: usize, k: usize, rows: std::ops::Range<usize>) {
     // Keep a block of `b` columns (≈ 64 KiB) hot in L2 while all row tiles pass over it.
     let jb = ((16 * 1024) / k.max(1)).clamp(NR, 512) / NR * NR;
     let mut j0 = 0;
@@ -332,22 +300,26 @@ enum Form {
     Axpy,
 }
 
-/// `c[i, 0..w] = Σ_kk a[i, kk] · panel[kk, 0..w]` for `i < rows`: `a` rows `a_rs` apart and
-/// contiguous along `k`, `panel` a contiguous `[k, w]` matrix, `c` rows `ldc` apart (the
-/// axpy form's register tiles; an implicit-GEMM convolution's inner product).
-///
-/// # Safety
-/// `a` holds `rows` rows of `k`, `panel` `k·w` elements and `c` `rows` rows of `w` at stride
-/// `ldc`; `isa` is available.
-pub(crate) unsafe fn gemm_panel(isa: Isa, a: *const f32, a_rs: usize, rows: usize, panel: *const f32, w: usize, k: usize, c: *mut f32, ldc: usize) {
-    gemm_panel_strided(isa, a, a_rs, rows, panel, w, w, k, c, ldc)
+/// The row stride of a packed `[k, w]` panel: `w`, or one cache line more where `w` is a
+/// multiple of 256 floats (1 KiB). At such strides the `k` rows a register tile walks down
+/// fall in a few L1 sets and evict each other (a pointwise convolution's 1024-column blocks
+/// ran 1.5× slower than with the extra line).
+pub(crate) fn panel_stride(w: usize) -> usize {
+    if w.is_multiple_of(256) {
+        w + 16
+    } else {
+        w
+    }
 }
 
-/// [`gemm_panel`] with the panel's rows `panel_rs ≥ w` apart (a block of columns of a
-/// wider matrix: a pointwise convolution's input read in place).
+/// `c[i, 0..w] = Σ_kk a[i, kk] · panel[kk, 0..w]` for `i < rows`: `a` rows `a_rs` apart and
+/// contiguous along `k`, `panel` a `[k, w]` matrix with rows `panel_rs ≥ w` apart (see
+/// [`panel_stride`]), `c` rows `ldc` apart (the axpy form's register tiles; an implicit-GEMM
+/// convolution's inner product).
 ///
 /// # Safety
-/// As [`gemm_panel`], with `panel` holding `k` rows of `w` at stride `panel_rs`.
+/// `a` holds `rows` rows of `k`, `panel` `k` rows of `w` at stride `panel_rs` and `c` `rows`
+/// rows of `w` at stride `ldc`; `isa` is available.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel_strided(isa: Isa, a: *const f32, a_rs: usize, rows: usize, panel: *const f32, panel_rs: usize, w: usize, k: usize, c: *mut f32, ldc: usize) {
     struct PanelTask {
@@ -376,10 +348,11 @@ pub(crate) unsafe fn gemm_panel_strided(isa: Isa, a: *const f32, a_rs: usize, ro
     run_on(isa, PanelTask { a, a_rs, rows, panel, panel_rs, w, k, c, ldc })
 }
 
-/// [`gemm_panel`] inside a kernel body already running on `S` (no dispatch).
+/// [`gemm_panel_strided`] with a contiguous panel (`panel_rs = w`), inside a kernel body
+/// already running on `S` (no dispatch).
 ///
 /// # Safety
-/// As [`gemm_panel`]; the CPU supports `S`.
+/// As [`gemm_panel_strided`]; the CPU supports `S`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_panel_on<S: Simd>(a: *const f32, a_rs: usize, rows: usize, panel: *const f32, w: usize, k: usize, c: *mut f32, ldc: usize) {
@@ -424,24 +397,23 @@ impl IsaTask for F32Task<'_> {
             // not inherit this function's target features, see `elementwise`.)
             Form::Axpy if cols.len() < n => {
                 let w = cols.len();
+                let ps = panel_stride(w);
                 let mut panel = PANEL.with(|cell| cell.take());
                 panel.clear();
-                panel.reserve(k * w);
+                panel.resize(k * ps, 0.0);
                 for kk in 0..k {
                     let src = bp.add(kk * b.row_stride + cols.start);
-                    panel.extend_from_slice(std::slice::from_raw_parts(src, w));
+                    std::ptr::copy_nonoverlapping(src, panel.as_mut_ptr().add(kk * ps), w);
                 }
                 let c0 = c.add(cols.start);
                 if S::LANES >= 16 {
-                    gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                    gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, panel.as_ptr(), ps, c0, n, k, rows, 0..w);
                 } else {
-                    gemm_axpy::<S, 2, AVX2_ROWS>(ap, a.row_stride, a.col_stride, panel.as_ptr(), w, c0, n, k, rows, 0..w);
+                    gemm_axpy::<S, 2, AVX2_ROWS>(ap, a.row_stride, a.col_stride, panel.as_ptr(), ps, c0, n, k, rows, 0..w);
                 }
                 PANEL.with(|cell| cell.replace(panel));
             }
-            Form::Axpy if S::LANES >= 16 => {
-                gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols)
-            }
+            Form::Axpy if S::LANES >= 16 => gemm_axpy::<S, 4, 4>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols),
             Form::Axpy => gemm_axpy::<S, 2, AVX2_ROWS>(ap, a.row_stride, a.col_stride, bp, b.row_stride, c, n, k, rows, cols),
         }
     }
@@ -459,19 +431,10 @@ pub fn matmul_f32(batch: [usize; 2], a: &MatView<'_>, b: &MatView<'_>, c: &mut [
 }
 
 /// [`matmul_f32`] on an explicit ISA.
-pub fn matmul_f32_with(
-    isa: Isa,
-    batch: [usize; 2],
-    a: &MatView<'_>,
-    b: &MatView<'_>,
-    c: &mut [f32],
-) -> Result<(), KernelError> {
+pub fn matmul_f32_with(isa: Isa, batch: [usize; 2], a: &MatView<'_>, b: &MatView<'_>, c: &mut [f32]) -> Result<(), KernelError> {
     let isa = checked(isa)?;
     if a.cols != b.rows {
-        return Err(KernelError::Shape(format!(
-            "matmul_f32: a is {}×{} but b is {}×{}",
-            a.rows, a.cols, b.rows, b.cols
-        )));
+        return Err(KernelError::Shape(format!("matmul_f32: a is {}×{} but b is {}×{}", a.rows, a.cols, b.rows, b.cols)));
     }
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let nb = crate::mul("matmul_f32: batch", batch[0], batch[1])?;
@@ -560,14 +523,6 @@ fn pack(v: &MatView<'_>, batch: [usize; 2], transpose: bool) -> (Vec<f32>, MatVi
         }
     }
     let (rs, cs) = if transpose { (1, r) } else { (c, 1) };
-    let view = MatView {
-        data: &[],
-        offset: 0,
-        rows: r,
-        cols: c,
-        row_stride: rs,
-        col_stride: cs,
-        batch_strides: [batch[1] * r * c, r * c],
-    };
+    let view = MatView { data: &[], offset: 0, rows: r, cols: c, row_stride: rs, col_stride: cs, batch_strides: [batch[1] * r * c, r * c] };
     (out, view)
 }

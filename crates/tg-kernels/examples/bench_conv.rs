@@ -1,0 +1,85 @@
+//! Convolutions at the terrain UNet's shapes (NCHW f32, bias, no activation), single-threaded
+//! unless `--threads=N`: ms per call and GFLOP/s of the direct convolution's work
+//! (`2·m·c·kh·kw·oh·ow` per image), by the implicit GEMM and, where it applies, by Winograd
+//! F(2×2, 3×3) and F(4×4, 3×3).
+//!
+//! `cargo run -p tg-kernels --release --example bench_conv [-- --threads=N] [--batch=N] [FILTER]`
+//! (`FILTER` keeps the shapes whose name contains it; `TG_ISA=avx2|scalar` selects another
+//! instruction set).
+
+use std::time::Instant;
+
+use tg_kernels::{conv2d_implicit_f32_with, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
+
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Best ms per call over five trials of at least 0.1 s.
+fn best_ms(f: &mut dyn FnMut()) -> f64 {
+    f();
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let mut n = 0u32;
+        while t0.elapsed().as_secs_f64() < 0.1 || n < 3 {
+            f();
+            n += 1;
+        }
+        best = best.min(t0.elapsed().as_secs_f64() * 1e3 / n as f64);
+    }
+    best
+}
+
+fn main() {
+    let arg = |p: &str| std::env::args().find_map(|a| a.strip_prefix(p).and_then(|n| n.parse::<usize>().ok()));
+    let threads = arg("--threads=").unwrap_or(1);
+    let batch = arg("--batch=").unwrap_or(1);
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--")).unwrap_or_default();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    println!("isa {:?}, {threads} thread(s), batch {batch}", isa());
+    println!("| shape | implicit GEMM ms | GFLOP/s | Winograd ms | tile | GFLOP/s |\n|---|---:|---:|---:|---:|---:|");
+    // (c, side, m, window)
+    for (c, side, m, kk) in [
+        (32, 128, 32, 3),
+        (64, 128, 32, 3),
+        (64, 128, 32, 1),
+        (32, 64, 32, 3),
+        (64, 32, 64, 3),
+        (64, 32, 192, 1),
+        (96, 16, 96, 3),
+        (192, 16, 96, 3),
+        (96, 16, 288, 1),
+        (128, 8, 128, 3),
+        (256, 8, 128, 3),
+        (128, 8, 384, 1),
+    ] {
+        let name = format!("{c}→{m} {kk}×{kk} on {side}×{side}");
+        if !name.contains(&filter) {
+            continue;
+        }
+        let pad = kk / 2;
+        let g = Window2d { n: batch, c, in_hw: [side, side], size: [kk, kk], stride: [1, 1], dilation: [1, 1], pad_begin: [pad, pad], pad_end: [pad, pad] };
+        let x = values(batch * c * side * side, 1);
+        let w = values(m * c * kk * kk, 2);
+        let b = values(m, 3);
+        let mut out = vec![0.0f32; batch * m * side * side];
+        let flop = 2.0 * (batch * m * c * kk * kk * side * side) as f64;
+        let ep = Some((&b[..], Act::None));
+        let gemm = pool.install(|| best_ms(&mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
+        let wino = winograd_tile(&g, 1, m).map(|t| (t, pool.install(|| best_ms(&mut || conv2d_winograd_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")))));
+        let (wm, wt, wg) = match wino {
+            Some((t, ms)) => (format!("{ms:.3}"), format!("{t}"), format!("{:.1}", flop / ms / 1e6)),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
+        println!("| {name} | {gemm:.3} | {:.1} | {wm} | {wt} | {wg} |", flop / gemm / 1e6);
+    }
+}
