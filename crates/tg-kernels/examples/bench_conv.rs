@@ -1,7 +1,7 @@
 //! Convolutions at the terrain UNet's shapes (NCHW f32, bias, no activation), single-threaded
 //! unless `--threads=N`: ms per call and GFLOP/s of the direct convolution's work
-//! (`2·m·c·kh·kw·oh·ow` per image), by the implicit GEMM and, where it applies, by Winograd
-//! F(2×2, 3×3) and F(4×4, 3×3).
+//! (`2·m·c·kh·kw·oh·ow` per image), by the implicit GEMM and, for the 3×3 windows, by Winograd
+//! F(2×2, 3×3) and F(4×4, 3×3); the last column is what `conv2d_bias_act_f32` takes.
 //!
 //! `cargo run -p tg-kernels --release --example bench_conv [-- --threads=N] [--batch=N] [FILTER]`
 //! (`FILTER` keeps the shapes whose name contains it; `TG_ISA=avx2|scalar` selects another
@@ -46,7 +46,7 @@ fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with("--")).unwrap_or_default();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     println!("isa {:?}, {threads} thread(s), batch {batch}", isa());
-    println!("| shape | implicit GEMM ms | GFLOP/s | Winograd ms | tile | GFLOP/s |\n|---|---:|---:|---:|---:|---:|");
+    println!("| shape | implicit GEMM ms | GFLOP/s | F(2×2) ms | GFLOP/s | F(4×4) ms | GFLOP/s | chosen |\n|---|---:|---:|---:|---:|---:|---:|---|");
     // (c, side, m, window)
     for (c, side, m, kk) in [
         (32, 128, 32, 3),
@@ -75,11 +75,16 @@ fn main() {
         let flop = 2.0 * (batch * m * c * kk * kk * side * side) as f64;
         let ep = Some((&b[..], Act::None));
         let gemm = pool.install(|| best_ms(&mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
-        let wino = winograd_tile(&g, 1, m).map(|t| (t, pool.install(|| best_ms(&mut || conv2d_winograd_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")))));
-        let (wm, wt, wg) = match wino {
-            Some((t, ms)) => (format!("{ms:.3}"), format!("{t}"), format!("{:.1}", flop / ms / 1e6)),
-            None => ("—".into(), "—".into(), "—".into()),
-        };
-        println!("| {name} | {gemm:.3} | {:.1} | {wm} | {wt} | {wg} |", flop / gemm / 1e6);
+        let mut cells = String::new();
+        for tile in [2, 4] {
+            if kk == 3 {
+                let ms = pool.install(|| best_ms(&mut || conv2d_winograd_f32_with(isa(), tile, &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
+                cells += &format!(" {ms:.3} | {:.1} |", flop / ms / 1e6);
+            } else {
+                cells += " — | — |";
+            }
+        }
+        let chosen = winograd_tile(&g, 1, m).map_or("implicit GEMM".to_string(), |t| format!("F({t}×{t})"));
+        println!("| {name} | {gemm:.3} | {:.1} |{cells} {chosen} |", flop / gemm / 1e6);
     }
 }

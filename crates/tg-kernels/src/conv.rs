@@ -418,61 +418,42 @@ fn winograd_max_tile() -> usize {
     })
 }
 
-/// Whether [`conv2d_winograd_f32_with`] computes this convolution (`groups` groups, `m`
-/// output channels): a 3×3 window of stride 1 and dilation 1, one group, padding of at most
-/// 1 per side, at least 16 input and output channels and an output plane of at least 128
-/// 2×2 tiles (e.g. 16×32) — where the matrix products outweigh the transforms.
+/// Whether [`conv2d_implicit_f32`] computes this convolution (`groups` groups, `m` output
+/// channels) by Winograd on the selected ISA: a 3×3 window of stride 1 and dilation 1, one
+/// group, padding of at most 1 per side, at least 16 input and output channels, and a plane
+/// with enough tiles for the products to outweigh the transforms (see [`winograd_tile`]).
 pub fn winograd_applies(g: &Window2d, groups: usize, m: usize) -> bool {
     winograd_tile(g, groups, m).is_some()
 }
 
-/// The output tile Winograd uses for this convolution: 4 (F(4×4, 3×3)) on planes of at
-/// least 128 such tiles, else 2 (F(2×2, 3×3)) on planes of at least 128 2×2 tiles; `None`
-/// where [`winograd_applies`] does not hold.
+/// The output tile the automatic choice takes for this convolution on the selected ISA: 4
+/// (F(4×4, 3×3)) on planes of at least 64 such tiles with 8-lane vectors (128 with 16 lanes,
+/// where the implicit GEMM is faster), else 2 (F(2×2, 3×3)) on planes of as many 2×2 tiles;
+/// `None` where Winograd does not apply (measurements in the `winograd` module).
 pub fn winograd_tile(g: &Window2d, groups: usize, m: usize) -> Option<usize> {
-    g.out_hw().ok().and_then(|o| crate::winograd::tile(g, groups, m, o))
+    g.out_hw().ok().and_then(|o| crate::winograd::tile(crate::isa(), g, groups, m, o))
 }
 
 fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
-    let max = winograd_max_tile();
-    let tile = match winograd_tile(g, groups, m) {
-        Some(t) if t <= max => Some(t),
-        // F(4×4) applies but F(2×2) is asked for: the plane has enough 2×2 tiles too.
-        Some(_) if max == 2 => Some(2),
+    let tile = match (winograd_tile(g, groups, m), winograd_max_tile()) {
+        (Some(t), max) if t <= max => Some(t),
+        // F(4×4) is chosen but F(2×2) is asked for: F(2×2) on the same plane.
+        (Some(_), 2) => Some(2),
         _ => None,
     };
     match tile {
-        Some(t) => winograd_checked(crate::isa(), t, g, groups, m, x, weights, epilogue, out),
+        Some(t) => conv2d_winograd_f32_with(crate::isa(), t, g, groups, m, x, weights, epilogue, out),
         None => conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out),
     }
 }
 
 /// [`conv2d_f32`] (with the optional bias-and-activation epilogue of
-/// [`conv2d_bias_act_f32`]) by Winograd's F(m×m, 3×3) with the tile of [`winograd_tile`], on
-/// an explicit ISA; an error where [`winograd_applies`] does not hold.
+/// [`conv2d_bias_act_f32`]) by Winograd's F(`tile`×`tile`, 3×3), `tile` 2 or 4, on an
+/// explicit ISA, whatever the plane size; an error where the window is not one Winograd
+/// computes (a 3×3 window of stride 1 and dilation 1, one group, padding of at most 1 per
+/// side, at least 16 input and output channels, an output of at least 4×4).
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_winograd_f32_with(
-    isa: Isa,
-    g: &Window2d,
-    groups: usize,
-    m: usize,
-    x: &[f32],
-    weights: &[f32],
-    epilogue: Option<(&[f32], crate::Act)>,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    let Some(tile) = winograd_tile(g, groups, m) else {
-        return Err(KernelError::Shape(format!(
-            "conv2d (Winograd): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels over >= 128 2x2 tiles"
-        )));
-    };
-    winograd_checked(isa, tile, g, groups, m, x, weights, epilogue, out)
-}
-
-/// [`conv2d_winograd_f32_with`] with output tiles of `tile` (the geometry checked to allow
-/// it by the callers).
-#[allow(clippy::too_many_arguments)]
-fn winograd_checked(
     isa: Isa,
     tile: usize,
     g: &Window2d,
@@ -485,8 +466,13 @@ fn winograd_checked(
 ) -> Result<(), KernelError> {
     let isa = crate::isa::checked(isa)?;
     let [oh, ow] = g.out_hw()?;
-    if groups != 1 {
-        return Err(KernelError::Shape(format!("conv2d (Winograd): {groups} groups")));
+    if tile != 2 && tile != 4 {
+        return Err(KernelError::Shape(format!("conv2d (Winograd): tile {tile}; F(2x2, 3x3) and F(4x4, 3x3) exist")));
+    }
+    if !crate::winograd::fits(g, groups, m, [oh, ow]) {
+        return Err(KernelError::Shape(format!(
+            "conv2d (Winograd): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels with an output of at least 4x4"
+        )));
     }
     if let Some((bias, _)) = epilogue {
         check_len("conv2d: bias", m, bias.len())?;

@@ -41,22 +41,38 @@ use crate::{Act, Isa, Window2d};
 /// small enough that the block's `V` and products stay in L2 for typical channel counts.
 const BLOCK_TILES: usize = 128;
 
-/// Tiles per image below which the transforms and the filters' transform (per call) cost
-/// more than the products save: measured on the terrain UNet, whose 8×8 and 16×16 planes
-/// (16 and 64 tiles of 2×2) ran slower than the implicit GEMM and 32×32 planes (256) faster.
-const MIN_TILES: usize = 128;
+/// Tiles per image from which Winograd is taken, by ISA: the transforms, and the filters'
+/// transform (per call), cost more than the products save on smaller planes.
+/// * 16 lanes (AVX-512 Xeon, terrain UNet): F(2×2) on 8×8 and 16×16 planes (16 and 64 tiles)
+///   ran slower than the implicit GEMM, on 32×32 planes (256) faster: 128 for both tiles.
+/// * 8 lanes (AVX2, AMD EPYC, `examples/bench_conv`): F(2×2) beat the implicit GEMM on 16×16
+///   planes (64 tiles; 96→96 channels 0.42 against 0.86 ms, F(4×4) 0.58) and tied on 8×8
+///   ones; F(4×4) beat F(2×2) from 32×32 planes (64 tiles; 64→64 channels 0.52 against 0.67
+///   ms): 64 for both.
+fn min_tiles(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => 128,
+        _ => 64,
+    }
+}
 
-/// The output tile of Winograd for this convolution (`groups` groups, `m` outputs): 4 (F(4×4,
-/// 3×3)) where the plane has [`MIN_TILES`] 4×4 tiles, else 2 where it has as many 2×2 tiles,
-/// else `None`. It applies to a 3×3 window of stride 1 and dilation 1, one group, padding of
-/// at most 1 on each side, and at least 16 input and output channels (for the matrix
-/// products to outweigh the transforms).
-pub(crate) fn tile(g: &Window2d, groups: usize, m: usize, [oh, ow]: [usize; 2]) -> Option<usize> {
+/// Whether Winograd can compute this convolution (`groups` groups, `m` outputs) at all: a 3×3
+/// window of stride 1 and dilation 1, one group, padding of at most 1 on each side, at least 16
+/// input and output channels (for the matrix products to outweigh the transforms) and an
+/// output of at least 4×4.
+pub(crate) fn fits(g: &Window2d, groups: usize, m: usize, [oh, ow]: [usize; 2]) -> bool {
     let shape = g.size == [3, 3] && g.stride == [1, 1] && g.dilation == [1, 1] && groups == 1 && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p <= 1);
-    if !shape || g.c < 16 || m < 16 || oh < 4 || ow < 4 {
+    shape && g.c >= 16 && m >= 16 && oh >= 4 && ow >= 4
+}
+
+/// The output tile of Winograd for this convolution on `isa`: 4 (F(4×4, 3×3)) where the plane
+/// has [`min_tiles`] 4×4 tiles, else 2 where it has as many 2×2 tiles, else `None` (also where
+/// it does not [`fits`]).
+pub(crate) fn tile(isa: Isa, g: &Window2d, groups: usize, m: usize, o: [usize; 2]) -> Option<usize> {
+    if !fits(g, groups, m, o) {
         return None;
     }
-    [4, 2].into_iter().find(|&t| oh.div_ceil(t) * ow.div_ceil(t) >= MIN_TILES)
+    [4, 2].into_iter().find(|&t| o[0].div_ceil(t) * o[1].div_ceil(t) >= min_tiles(isa))
 }
 
 /// The transforms of one tile size: `α = m + 2` rows, tables padded to the largest (6).
@@ -216,7 +232,19 @@ pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x:
             unsafe {
                 run_on(
                     isa,
-                    Block { tile, g, m, ohw: [oh, ow], tw, ty0, rows, x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]), u: up.get(), out: op.get().add(b * m * oh * ow), s: &mut s },
+                    Block {
+                        tile,
+                        g,
+                        m,
+                        ohw: [oh, ow],
+                        tw,
+                        ty0,
+                        rows,
+                        x: xp.get().add(b * c * g.in_hw[0] * g.in_hw[1]),
+                        u: up.get(),
+                        out: op.get().add(b * m * oh * ow),
+                        s: &mut s,
+                    },
                 );
                 if let Some((bp, act)) = bias {
                     let (oy0, oy1) = (tile * ty0, (tile * (ty0 + rows)).min(oh));
