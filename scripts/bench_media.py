@@ -10,25 +10,43 @@ the packages' pre/post-processing in numpy, same inputs, at 1 and 2 threads.
                                                     [--batches 1,8] [--seconds 10]
 
 Each figure is the median of N runs after two warm-up runs (the first compiles the plan, so
-compile time is excluded on both sides). Prints a Markdown table with the ratio
+compile time is excluded on both sides), onnxruntime's and ours alternating run by run so
+that both see the same machine (its speed drifts on a shared host). Prints a Markdown table with the ratio
 (Tensor Graphs / onnxruntime throughput: above 1 means Tensor Graphs is faster) and the
 largest relative difference (terrain) or lowest cosine (audio) of the outputs.
 """
 import argparse
 import os
+import statistics
+import time
 
 import numpy as np
 import onnxruntime as ort
 
 import tensor_graphs as tg
-from bench_onnx import default_models, timed  # the same model folder and timing rule
+from bench_onnx import default_models  # the same model folder
 
 SIGMA_MAX = 80.0
 
 
-def median_s(run, n):
-    """The median seconds of a run (bench_onnx's rule: two warm-up runs, then `n`)."""
-    return timed(run, n) / 1e3
+def paired_s(a, b, n):
+    """The median seconds of runs `a` and `b` timed alternately, after two warm-up runs of
+    each: on a shared machine whose speed drifts by tens of percent within a minute, both
+    sides then see the same conditions, so their ratio is fair where two medians taken one
+    after the other are not. Each timed run starts after a pause of 0.1 s: the other side's
+    worker threads spin-wait for a while after a run (onnxruntime's and rayon's do), and on
+    two cores a run started right away would share them with those spinning threads."""
+    for _ in range(2):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(n):
+        for run, ts in ((a, ta), (b, tb)):
+            time.sleep(0.1)
+            t = time.perf_counter()
+            run()
+            ts.append(time.perf_counter() - t)
+    return statistics.median(ta), statistics.median(tb)
 
 
 def session(path, threads):
@@ -59,7 +77,7 @@ def terrain_rows(models, threads, batches, runs):
 
         want, got = ref(), ours()
         diff = float(np.abs(got - want).max() / np.abs(want).max())
-        s_o, s_t = median_s(ref, runs), median_s(ours, runs)
+        s_o, s_t = paired_s(ref, ours, runs)
         yield f"| terrain, batch {b} | {threads} | {b / s_o:.2f} samples/s | {b / s_t:.2f} samples/s | {s_o / s_t:.2f} | rel. {diff:.1e} |"
 
 
@@ -79,7 +97,6 @@ def audio_rows(models, threads, seconds, runs):
         return emb.run(None, {"input_1": w})[0].reshape(-1, 96)
 
     want = ref()
-    s_o = median_s(ref, runs)
     # The default (windows embedded in runs over many windows' frames), then window by
     # window as openwakeword does.
     for sliding, how in [(True, "sliding"), (False, "window by window")]:
@@ -90,7 +107,7 @@ def audio_rows(models, threads, seconds, runs):
 
         got = ours()
         cos = float(((got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)).min())
-        s_t = median_s(ours, runs)
+        s_o, s_t = paired_s(ref, ours, runs)
         yield f"| audio embedding, {seconds:g} s clip, {how} | {threads} | {seconds / s_o:.1f}x real time | {seconds / s_t:.1f}x real time | {s_o / s_t:.2f} | cos {cos:.7f} |"
 
 

@@ -526,8 +526,16 @@ pub fn conv2d_implicit_f32_with(
     let act = epilogue.map(|(_, a)| a);
     let cb = ((1usize << 16) / k).clamp(64, p.max(64)) / 64 * 64;
     let blocks = p.div_ceil(cb);
-    let units = g.n * groups * blocks;
-    let min_units = ((1usize << 19) / (2 * mg * cb.min(p) * k).max(1)).max(1);
+    // Fewer column blocks than threads (a small plane of one image): the output channels are
+    // cut too, in whole register tiles (12 rows: 6- and 4-row tiles divide it), into one
+    // chunk per thread at most, since each chunk builds its own panel.
+    let threads = crate::par::threads();
+    let items = g.n * groups * blocks;
+    let chunks = if threads > 1 && items < threads { threads.div_ceil(items).min(mg / 24).max(1) } else { 1 };
+    let rows = (mg.div_ceil(chunks)).next_multiple_of(12).min(mg);
+    let chunks = mg.div_ceil(rows);
+    let units = g.n * groups * blocks * chunks;
+    let min_units = ((1usize << 19) / (2 * rows * cb.min(p) * k).max(1)).max(1);
     let (xp, wp, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(weights.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
     let g = *g;
     let [ih, iw] = g.in_hw;
@@ -536,9 +544,13 @@ pub fn conv2d_implicit_f32_with(
     for_ranges(units, min_units, 1, |r| {
         let mut panel = PANEL.with(|c| c.take());
         for u in r {
-            let (item, blk) = (u / blocks, u % blocks);
+            let (item, rest) = (u / (blocks * chunks), u % (blocks * chunks));
+            let (blk, chunk) = (rest / chunks, rest % chunks);
             let (b, gi) = (item / groups, item % groups);
             let (j0, j1) = (blk * cb, ((blk + 1) * cb).min(p));
+            // Output channels r0..r0 + mr of the group.
+            let r0 = chunk * rows;
+            let mr = rows.min(mg - r0);
             let w = j1 - j0;
             let ps = crate::matmul_f32::panel_stride(w);
             panel.clear();
@@ -553,17 +565,18 @@ pub fn conv2d_implicit_f32_with(
                     for row in 0..k {
                         std::ptr::copy_nonoverlapping(xb.add(row * p), panel.as_mut_ptr().add(row * ps), w);
                     }
-                    let a = wp.get().add(gi * mg * k) as *const f32;
-                    let c = op.get().add((b * m + gi * mg) * p + j0);
-                    crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, panel.as_ptr(), ps, w, k, c, p);
+                    let a = wp.get().add((gi * mg + r0) * k) as *const f32;
+                    let c = op.get().add((b * m + gi * mg + r0) * p + j0);
+                    crate::matmul_f32::gemm_panel_strided(isa, a, k, mr, panel.as_ptr(), ps, w, k, c, p);
                     if let Some(act) = act {
-                        crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
+                        crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, act);
                     }
                 }
                 continue;
             }
             // SAFETY: reads stay in `x` (the window arithmetic was checked by `out_hw`);
-            // this unit alone writes rows gi·mg.. of item b's output at columns j0..j1.
+            // this unit alone writes rows gi·mg + r0.. (mr of them) of item b's output at
+            // columns j0..j1.
             unsafe {
                 for row in 0..k {
                     let (ci, tap) = (row / (kh * kw), row % (kh * kw));
@@ -593,11 +606,11 @@ pub fn conv2d_implicit_f32_with(
                         pos += ox1 - ox0;
                     }
                 }
-                let a = wp.get().add(gi * mg * k) as *const f32;
-                let c = op.get().add((b * m + gi * mg) * p + j0);
-                crate::matmul_f32::gemm_panel_strided(isa, a, k, mg, panel.as_ptr(), ps, w, k, c, p);
+                let a = wp.get().add((gi * mg + r0) * k) as *const f32;
+                let c = op.get().add((b * m + gi * mg + r0) * p + j0);
+                crate::matmul_f32::gemm_panel_strided(isa, a, k, mr, panel.as_ptr(), ps, w, k, c, p);
                 if let Some(act) = act {
-                    crate::fused::epilogue::bias_act_block(isa, c, p, mg, w, bp.get().add(gi * mg) as *const f32, act);
+                    crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, act);
                 }
             }
         }
