@@ -9,9 +9,10 @@ the packages' pre/post-processing in numpy, same inputs, at 1 and 2 threads.
     target/py-venv/bin/python scripts/bench_media.py [--models DIR] [--runs N] [--threads 1,2]
                                                     [--batches 1,8] [--seconds 10]
 
-Each figure is the median of N runs after two warm-up runs (the first compiles the plan, so
-compile time is excluded on both sides), onnxruntime's and ours alternating run by run so
-that both see the same machine (its speed drifts on a shared host). Prints a Markdown table with the ratio
+Each figure is the median of N timed runs (after a first run that compiles the plan, so
+compile time is excluded on both sides), onnxruntime's and ours alternating in rounds of
+an untimed and a timed run each, so that both see the same machine (its speed drifts on a
+shared host) with their weights in cache. Prints a Markdown table with the ratio
 (Tensor Graphs / onnxruntime throughput: above 1 means Tensor Graphs is faster) and the
 largest relative difference (terrain) or lowest cosine (audio) of the outputs.
 """
@@ -30,19 +31,17 @@ SIGMA_MAX = 80.0
 
 
 def paired_s(a, b, n):
-    """The median seconds of runs `a` and `b` timed alternately, after two warm-up runs of
-    each: on a shared machine whose speed drifts by tens of percent within a minute, both
-    sides then see the same conditions, so their ratio is fair where two medians taken one
-    after the other are not. Each timed run starts after a pause of 0.1 s: the other side's
-    worker threads spin-wait for a while after a run (onnxruntime's and rayon's do), and on
-    two cores a run started right away would share them with those spinning threads."""
-    for _ in range(2):
-        a()
-        b()
+    """The median seconds of runs `a` and `b` over `n` rounds that alternate between them:
+    each round runs `a` twice and times the second run, then `b` likewise. On a shared
+    machine whose speed drifts by tens of percent within a minute, both sides then see the
+    same conditions, so their ratio is fair where two medians taken one after the other are
+    not; the untimed run first brings the side's weights back into cache (the other side's
+    run evicted them) and lets the other side's worker threads, which spin-wait for a while
+    after a run (onnxruntime's and rayon's do), go to sleep."""
     ta, tb = [], []
     for _ in range(n):
         for run, ts in ((a, ta), (b, tb)):
-            time.sleep(0.1)
+            run()
             t = time.perf_counter()
             run()
             ts.append(time.perf_counter() - t)
