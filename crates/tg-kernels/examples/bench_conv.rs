@@ -7,43 +7,15 @@
 //! (`FILTER` keeps the shapes whose name contains it; `TG_ISA=avx2|scalar` selects another
 //! instruction set).
 
-use std::time::Instant;
+mod common;
 
+use common::{arg, best_ms, filter, values};
 use tg_kernels::{conv2d_implicit_f32_with, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
 
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// Best ms per call over five trials of at least 0.1 s.
-fn best_ms(f: &mut dyn FnMut()) -> f64 {
-    f();
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t0 = Instant::now();
-        let mut n = 0u32;
-        while t0.elapsed().as_secs_f64() < 0.1 || n < 3 {
-            f();
-            n += 1;
-        }
-        best = best.min(t0.elapsed().as_secs_f64() * 1e3 / n as f64);
-    }
-    best
-}
-
 fn main() {
-    let arg = |p: &str| std::env::args().find_map(|a| a.strip_prefix(p).and_then(|n| n.parse::<usize>().ok()));
     let threads = arg("--threads=").unwrap_or(1);
     let batch = arg("--batch=").unwrap_or(1);
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with("--")).unwrap_or_default();
+    let filter = filter();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     println!("isa {:?}, {threads} thread(s), batch {batch}", isa());
     println!("| shape | implicit GEMM ms | GFLOP/s | F(2×2) ms | GFLOP/s | F(4×4) ms | GFLOP/s | chosen |\n|---|---:|---:|---:|---:|---:|---:|---|");
@@ -74,11 +46,11 @@ fn main() {
         let mut out = vec![0.0f32; batch * m * side * side];
         let flop = 2.0 * (batch * m * c * kk * kk * side * side) as f64;
         let ep = Some((&b[..], Act::None));
-        let gemm = pool.install(|| best_ms(&mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
+        let gemm = pool.install(|| best_ms(0.1, &mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
         let mut cells = String::new();
         for tile in [2, 4] {
             if kk == 3 {
-                let ms = pool.install(|| best_ms(&mut || conv2d_winograd_f32_with(isa(), tile, &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
+                let ms = pool.install(|| best_ms(0.1, &mut || conv2d_winograd_f32_with(isa(), tile, &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
                 cells += &format!(" {ms:.3} | {:.1} |", flop / ms / 1e6);
             } else {
                 cells += " — | — |";
