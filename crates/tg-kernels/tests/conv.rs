@@ -247,6 +247,11 @@ fn conv_cases() -> Vec<(&'static str, Window2d, usize, usize)> {
         ("2d k3 [40,65] s2 pad 1 c8 m8 groups 2 (threads)", win(2, 8, [40, 65], [3, 3], [2, 2], [1, 1], [1, 1], [0, 1]), 2, 8),
         // Position blocks of the implicit GEMM that end mid-row (K = 288: 192 positions a block).
         ("2d k3 [20,70] pad 1 c32 m40 (blocks)", win(1, 32, [20, 70], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 1, 40),
+        // A 1024-column block (K = 64): panel rows one cache line apart more than its width.
+        ("2d k1 [32,32] c64 m20 (padded panel rows)", win(1, 64, [32, 32], [1, 1], [1, 1], [1, 1], [0, 0], [0, 0]), 1, 20),
+        // One column block for two threads: the output channels are cut in two (36 + 24, 36 + 14).
+        ("2d k3 [8,8] pad 1 c16 m60 (channels cut over threads)", win(1, 16, [8, 8], [3, 3], [1, 1], [1, 1], [1, 1], [1, 1]), 1, 60),
+        ("2d k1 [6,6] c24 m50 (pointwise, channels cut over threads)", win(1, 24, [6, 6], [1, 1], [1, 1], [1, 1], [0, 0], [0, 0]), 1, 50),
     ]
 }
 

@@ -93,8 +93,9 @@ fn matmul_f32_layouts_sizes_isas() {
             }
         }
         // Wide axpy-form products (an im2col convolution's shape) are split by column blocks
-        // over all rows: a ragged last block, a row tail, a block narrower than a tile.
-        for &(m, n, k) in &[(32, 1024, 9), (35, 1100, 72), (33, 1031, 1200), (64, 2000, 300)] {
+        // over all rows: a ragged last block, a row tail, a block narrower than a tile, and
+        // 1024-column blocks (K = 64), whose panel rows are a cache line wider than the block.
+        for &(m, n, k) in &[(32, 1024, 9), (35, 1100, 72), (33, 1031, 1200), (64, 2000, 300), (24, 2100, 64)] {
             seed += 1;
             run_case(isa, Layout::B, [1, 2], m, n, k, seed);
         }
