@@ -553,9 +553,9 @@ pub fn conv2d_implicit_f32_with(
             let mr = rows.min(mg - r0);
             let w = j1 - j0;
             let ps = crate::matmul_f32::panel_stride(w);
-            panel.clear();
-            panel.resize(k * ps, 0.0);
             if pointwise {
+                // Every element read is copied in below: no zero fill.
+                crate::grow(&mut panel, k * ps);
                 // A 1×1 window of stride 1 without padding: the panel is the input's rows of
                 // `p` positions at columns j0..j1, copied (read in place, rows `p` apart, they
                 // would alias in L1).
@@ -574,6 +574,9 @@ pub fn conv2d_implicit_f32_with(
                 }
                 continue;
             }
+            // The window's padding is the panel's zeros.
+            panel.clear();
+            panel.resize(k * ps, 0.0);
             // SAFETY: reads stay in `x` (the window arithmetic was checked by `out_hw`);
             // this unit alone writes rows gi·mg + r0.. (mr of them) of item b's output at
             // columns j0..j1.

@@ -40,8 +40,8 @@ pub use tg_quant::GgmlType;
 use thiserror::Error;
 
 pub use conv::{
-    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
-    winograd_applies, winograd_tile, Pool, Window2d,
+    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32,
+    pool2d_f32_with, winograd_applies, winograd_tile, Pool, Window2d,
 };
 pub use copy::copy_strided_f32;
 pub use dequant::{dequantize_row, dequantize_row_with, get_rows, get_rows_with, has_simd_decoder, supports_type};
@@ -49,9 +49,9 @@ pub use elementwise::{
     binary_col_broadcast, binary_col_broadcast_with, binary_f32, binary_f32_with, binary_row_broadcast, binary_row_broadcast_with, unary_f32, unary_f32_with, BinaryOp, UnaryOp,
 };
 pub use fused::{
-    add_rms_norm, add_rms_norm_with, attention, attention_is_dense, attention_layout_with, attention_row_mask_with, attention_with, bias_act_rows, bias_act_rows_with, gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh,
-    gelu_tanh_with, group_norm, group_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox, rope_neox_with, softmax_rows, softmax_rows_with,
-    Act, AttnLayout, GroupNormShape,
+    add_rms_norm, add_rms_norm_with, attention, attention_is_dense, attention_layout_with, attention_row_mask_with, attention_with, bias_act_rows, bias_act_rows_with,
+    gated_gelu_tanh, gated_gelu_tanh_with, gelu_tanh, gelu_tanh_with, group_norm, group_norm_with, rms_norm, rms_norm_rope_neox, rms_norm_rope_neox_with, rms_norm_with, rope_neox,
+    rope_neox_with, softmax_rows, softmax_rows_with, Act, AttnLayout, GroupNormShape,
 };
 pub use isa::{cpu_features, isa, Isa};
 pub use matmul_f32::{matmul_f32, matmul_f32_with, MatView};
@@ -96,6 +96,15 @@ pub enum KernelError {
     /// A size computation overflowed `usize`.
     #[error("{0}: size overflows usize")]
     Overflow(&'static str),
+}
+
+/// Makes a scratch buffer at least `n` long without rewriting what it holds: for buffers
+/// whose every element used is written before it is read (zero-filling them again on each
+/// reuse would be a wasted pass).
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
 }
 
 /// `a * b`, or an overflow error naming `what`.

@@ -399,8 +399,7 @@ impl IsaTask for F32Task<'_> {
                 let w = cols.len();
                 let ps = panel_stride(w);
                 let mut panel = PANEL.with(|cell| cell.take());
-                panel.clear();
-                panel.resize(k * ps, 0.0);
+                crate::grow(&mut panel, k * ps);
                 for kk in 0..k {
                     let src = bp.add(kk * b.row_stride + cols.start);
                     std::ptr::copy_nonoverlapping(src, panel.as_mut_ptr().add(kk * ps), w);

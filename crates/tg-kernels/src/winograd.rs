@@ -187,14 +187,6 @@ impl Filters {
     }
 }
 
-/// Makes `v` at least `n` long without rewriting what it holds (every element used is
-/// written before it is read).
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-}
-
 /// Per-thread scratch: the split input rows, `V` and the products.
 #[derive(Default)]
 struct Scratch {
@@ -378,7 +370,7 @@ impl Block<'_> {
         // cache line more than their size apart: planes a multiple of 4 KiB apart would put
         // the stores of a tile in one L1 set.
         let vs = c * t + 16;
-        grow(&mut s.v, TA * TA * vs);
+        crate::grow(&mut s.v, TA * TA * vs);
         let v = s.v.as_mut_ptr();
         for ci in 0..c {
             for r in 0..rows {
@@ -422,7 +414,7 @@ impl Block<'_> {
         }
         // prod[ξ] = U[ξ] · V[ξ]: [m, c] · [c, t].
         let ps = m * t + 16;
-        grow(&mut s.prod, TA * TA * ps);
+        crate::grow(&mut s.prod, TA * TA * ps);
         let prod = s.prod.as_mut_ptr();
         for xi in 0..TA * TA {
             crate::matmul_f32::gemm_panel_on::<S>(u.add(xi * m * c), c, m, v.add(xi * vs), t, c, prod.add(xi * ps), t);

@@ -35,9 +35,9 @@ const MAX_KEYS: usize = 8192;
 /// positions), at most [`MAX_KEYS`] keys, and at least one whole register tile of query rows
 /// per head (fewer rows would spend more on packing the keys than on using them).
 /// `TG_ATTENTION=flash` switches the dense path off (for comparisons).
-pub(super) fn applies(mask: &[f32], mask_rs: usize, geo_rows_per_head: usize, sq: usize, sk: usize) -> bool {
+pub(super) fn applies(mask: &[f32], mask_rs: usize, rows_per_head: usize, sq: usize, sk: usize) -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *OFF.get_or_init(|| std::env::var("TG_ATTENTION").as_deref() == Ok("flash")) || sk == 0 || sk > MAX_KEYS || geo_rows_per_head < MR {
+    if *OFF.get_or_init(|| std::env::var("TG_ATTENTION").as_deref() == Ok("flash")) || sk == 0 || sk > MAX_KEYS || rows_per_head < MR {
         return false;
     }
     let n = if mask_rs == 0 { sk } else { sq * sk };
@@ -50,8 +50,9 @@ pub(super) fn run(isa: Isa, geo: &Geo, q: &[f32], k: &[f32], v: &[f32], mask: &[
     let skp = sk.div_ceil(PAD) * PAD;
     // Keys of each head packed transposed, zero-padded to `skp`.
     let mut kt = vec![0.0f32; n_kv * skp * hd];
-    let kt_ptr = SyncPtr(kt.as_mut_ptr());
-    let pack = |h: usize| run_on(isa, PackTask { k: k[h * sk * hd..].as_ptr(), kt: unsafe { kt_ptr.get().add(h * skp * hd) }, sk, skp, hd });
+    let ktp = SyncPtr(kt.as_mut_ptr());
+    // SAFETY (the `add`): head `h`'s panels are `skp·hd` floats at `h·skp·hd`, inside `kt`.
+    let pack = |h: usize| run_on(isa, PackTask { k: k[h * sk * hd..].as_ptr(), kt: unsafe { ktp.get().add(h * skp * hd) }, sk, skp, hd });
     if parallel && n_kv > 1 {
         (0..n_kv).into_par_iter().for_each(pack);
     } else {
@@ -68,7 +69,6 @@ pub(super) fn run(isa: Isa, geo: &Geo, q: &[f32], k: &[f32], v: &[f32], mask: &[
     }
     let per_head = rows_per_head.div_ceil(item);
     let (qp, vp, mp, op) = (SyncPtr(q.as_ptr() as *mut f32), SyncPtr(v.as_ptr() as *mut f32), SyncPtr(mask.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    let ktp = SyncPtr(kt.as_mut_ptr());
     let work = |u: usize| {
         let (head, t) = (u / per_head, u % per_head);
         let rows = t * item..((t + 1) * item).min(rows_per_head);
@@ -259,7 +259,10 @@ impl IsaTask for DenseTask {
         let Geo { sk, hd, scale, mask_rs, group, .. } = geo;
         let l = S::LANES;
         let (kh, vh) = (kt.add(head * skp * hd), v.add(head * sk * hd));
-        let mut s = vec![0.0f32; MR * skp];
+        // Score rows, every element written before it is read. (The thread-local is taken and
+        // put back outside any closure: a closure would not inherit the target features.)
+        let mut s = SCORES.with(|c| c.take());
+        crate::grow(&mut s, MR * skp);
         let sp = s.as_mut_ptr();
         let mut t = rows.start;
         while t < rows.end {
@@ -289,5 +292,11 @@ impl IsaTask for DenseTask {
             });
             t += mr;
         }
+        SCORES.with(|c| c.replace(s));
     }
+}
+
+thread_local! {
+    /// [`DenseTask`]'s `MR` score rows, kept per thread between calls.
+    static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
