@@ -64,6 +64,15 @@ pub(crate) trait Simd: Copy + 'static {
     unsafe fn round(a: Self::V) -> Self::V;
     /// `2^n` for lanes holding integers `n` in `[-126, 127]`.
     unsafe fn pow2i(n: Self::V) -> Self::V;
+    /// `a·2^n` for lanes holding integers `n` in `[-252, 254]` (over- and underflowing as
+    /// the product would). The default multiplies by `2^⌊n/2⌉` and `2^(n−⌊n/2⌉)`, each
+    /// within [`Simd::pow2i`]'s range; AVX-512 has it as one instruction (`vscalefps`).
+    #[inline(always)]
+    unsafe fn scalef(a: Self::V, n: Self::V) -> Self::V {
+        let n1 = Self::round(Self::mul(n, Self::splat(0.5)));
+        let n2 = Self::sub(n, n1);
+        Self::mul(Self::mul(a, Self::pow2i(n1)), Self::pow2i(n2))
+    }
     /// `a < b ? t : f` lane-wise.
     unsafe fn select_lt(a: Self::V, b: Self::V, t: Self::V, f: Self::V) -> Self::V;
     /// `|mag|` with the sign bit of `sign`.

@@ -91,6 +91,10 @@ impl Simd for Avx512 {
         _mm512_castsi512_ps(_mm512_slli_epi32::<23>(e))
     }
     #[inline(always)]
+    unsafe fn scalef(a: __m512, n: __m512) -> __m512 {
+        _mm512_scalef_ps(a, n)
+    }
+    #[inline(always)]
     unsafe fn select_lt(a: __m512, b: __m512, t: __m512, f: __m512) -> __m512 {
         _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b), f, t)
     }
