@@ -391,3 +391,39 @@ fn cpu_workers_flush_subnormals() {
     }
     assert!(tiny() > 0.0, "the caller's thread is left as it was");
 }
+
+/// A multi-threaded CPU device keeps its other workers spinning while a plan runs in its
+/// scope: the work split inside the scope still reaches every worker, and the spinners are
+/// released when the scope's body returns and when it panics (else the next scope, or the
+/// pool's drop, would wait for them forever).
+#[test]
+fn cpu_scope_keeps_workers_and_releases_them() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let dev = tg_runtime::CpuDevice::new(2).expect("cpu device");
+    let seen = Mutex::new(std::collections::BTreeSet::new());
+    let runs = AtomicUsize::new(0);
+    for _ in 0..3 {
+        dev.scope(&mut || {
+            // Many small splits, as a plan's steps make: a worker must take some of them.
+            for _ in 0..200 {
+                rayon::join(
+                    || seen.lock().unwrap().insert(rayon::current_thread_index()),
+                    || {
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                        seen.lock().unwrap().insert(rayon::current_thread_index())
+                    },
+                );
+            }
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    assert_eq!(runs.load(Ordering::Relaxed), 3);
+    assert_eq!(seen.lock().unwrap().len(), 2, "both workers ran work: {:?}", seen.lock().unwrap());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dev.scope(&mut || panic!("a failing plan"))));
+    assert!(r.is_err(), "the body's panic reaches the caller");
+    // The spinners of the panicked scope were released: another scope runs and returns.
+    let mut after = false;
+    dev.scope(&mut || after = true);
+    assert!(after);
+}
