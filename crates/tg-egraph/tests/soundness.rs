@@ -748,6 +748,37 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
                 &move |b, x, _| p::fused(b, Op::GroupNorm { groups: g, eps_bits: eps.to_bits(), act }, &[x[0], x[1], x[2]]),
             )
         }),
+        ("fold-affine-into-group-norm", |rng| {
+            let (n, g, cg) = (rng.gen_range(1..4), rng.gen_range(1..4), rng.gen_range(1..4));
+            let c = g * cg;
+            let mut xs = vec![n, c];
+            let rank = rng.gen_range(1..3);
+            xs.extend(dims(rng, rank, 4));
+            let ch = channel_shape(c, xs.len());
+            // The scale and shift after the norm: per channel or per image and channel.
+            let mut img = vec![n, c];
+            img.extend(std::iter::repeat_n(1, xs.len() - 2));
+            let ab = if rng.gen_bool(0.5) { img } else { ch.clone() };
+            let swap = rng.gen_bool(0.5);
+            let eps = [1e-5f64, 0.1][rng.gen_range(0..2)];
+            let op = Op::GroupNorm { groups: g, eps_bits: eps.to_bits(), act: Act::None };
+            let op2 = op.clone();
+            case(
+                &[xs, ch.clone(), ch, ab.clone(), ab],
+                &[],
+                &move |b, x, _| {
+                    let y = p::fused(b, op.clone(), &[x[0], x[1], x[2]])?;
+                    let y = p::mul(b, y, x[3], swap)?;
+                    p::add(b, y, x[4], swap)
+                },
+                &move |b, x, _| {
+                    let gm = b.mul(x[1], x[3])?;
+                    let bm = b.mul(x[2], x[3])?;
+                    let bt = b.add(bm, x[4])?;
+                    p::fused(b, op2.clone(), &[x[0], gm, bt])
+                },
+            )
+        }),
     ]
 }
 

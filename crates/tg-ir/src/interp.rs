@@ -356,6 +356,8 @@ fn eval_node<'w>(
             let (c, g, eps) = (x.shape[1], *groups, f64::from_bits(*eps_bits));
             let plane = numel(&x.shape[2..]);
             let per = c / g * plane;
+            // γ and β hold one value per channel, or one per image and channel.
+            let at = |t: &Array, bi: usize, ch: usize| t.data[if t.data.len() == c { ch } else { bi / g * c + ch }];
             let mut data = Vec::with_capacity(x.data.len());
             for (bi, blk) in x.data.chunks(per.max(1)).enumerate().take(x.shape[0] * g) {
                 let mean = blk.iter().sum::<f64>() / per as f64;
@@ -363,7 +365,7 @@ fn eval_node<'w>(
                 let inv = 1.0 / (var + eps).sqrt();
                 for (j, v) in blk.iter().enumerate() {
                     let ch = (bi % g) * (c / g) + j / plane.max(1);
-                    data.push(act.eval_f64((v - mean) * inv * gam.data[ch] + bet.data[ch]));
+                    data.push(act.eval_f64((v - mean) * inv * at(&gam, bi, ch) + at(&bet, bi, ch)));
                 }
             }
             out(data)

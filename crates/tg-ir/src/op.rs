@@ -391,7 +391,8 @@ pub enum Op {
     /// `act(reshape(normalise_ε(reshape(x, [N, G, (C/G)·S])), shape(x)) · γ + β)` where
     /// `normalise_ε(y) = (y − mean(y)) · rsqrt(mean((y − mean(y))²) + ε)` over the last axis.
     /// Inputs `[x [N, C, *S], γ, β]`, `γ` and `β` shaped `[C, 1, ..]` (rank of `x` minus
-    /// one); output `x`'s shape. f32.
+    /// one: one value per channel) or `[N, C, 1, ..]` (rank of `x`: per image and channel,
+    /// what a per-image scale and shift after the norm folds into); output `x`'s shape. f32.
     GroupNorm {
         /// Groups `G` (divides `C`).
         groups: usize,

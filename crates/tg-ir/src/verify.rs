@@ -359,8 +359,16 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             if !(eps >= 0.0 && eps.is_finite()) {
                 return Err(shape_err(op, format!("epsilon {eps} must be finite and >= 0")));
             }
-            channel_vector(op, "scale", ins[1].0, c, x.len())?;
-            channel_vector(op, "shift", ins[2].0, c, x.len())?;
+            for (what, v) in [("scale", ins[1].0), ("shift", ins[2].0)] {
+                // One value per channel, or per image and channel ([N, C, 1, ..]).
+                let per_image = v.len() == x.len() && v[..2] == x[..2] && v[2..].iter().all(|&d| d == 1);
+                if !per_image {
+                    channel_vector(op, what, v, c, x.len()).map_err(|_| shape_err(op, format!("{what} {v:?} must be one value per channel ([{c}, 1, ..]) or per image and channel ([{}, {c}, 1, ..])", x[0])))?;
+                }
+            }
+            if ins[1].0 != ins[2].0 {
+                return Err(shape_err(op, format!("scale {:?} and shift {:?} must have one shape", ins[1].0, ins[2].0)));
+            }
             Ok((x.to_vec(), DType::F32))
         }
         Op::Pool { window, .. } => {

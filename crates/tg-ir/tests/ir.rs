@@ -250,3 +250,25 @@ fn alternatives_resolve_to_their_first_way() {
     assert_eq!(y.data, vec![1.0, 2.0, 3.0, 4.0]);
     assert!(states.is_empty(), "the interpreter takes the first way: nothing stored");
 }
+
+/// Group normalisation takes γ and β one per channel (`[C, 1, ..]`) or one per image and
+/// channel (`[N, C, 1, ..]`), both the same; anything else is an error naming the operand.
+#[test]
+fn group_norm_scale_and_shift_shapes() {
+    let op = Op::GroupNorm { groups: 2, eps_bits: 1e-5f64.to_bits(), act: tg_ir::Act::None };
+    let f = |s: &'static [usize]| (s, DType::F32);
+    let x: &[usize] = &[3, 4, 5, 5];
+    for ok in [&[4usize, 1, 1][..], &[3, 4, 1, 1]] {
+        let (s, _) = tg_ir::infer(&op, &[f(x), (ok, DType::F32), (ok, DType::F32)], None).expect("accepted");
+        assert_eq!(s, x);
+    }
+    for (g, b, why) in [
+        (&[3usize, 4, 1, 1][..], &[4usize, 1, 1][..], "one shape"),
+        (&[2, 4, 1, 1], &[2, 4, 1, 1], "per image and channel"),
+        (&[4, 1], &[4, 1], "per image and channel"),
+        (&[3, 4, 5, 1], &[3, 4, 5, 1], "per image and channel"),
+    ] {
+        let e = tg_ir::infer(&op, &[f(x), (g, DType::F32), (b, DType::F32)], None).unwrap_err().to_string();
+        assert!(e.contains(why), "{g:?} {b:?}: {e}");
+    }
+}

@@ -77,12 +77,14 @@ fn group_norm_matches_reference() {
     // (n, c, plane, groups): instance norm (groups = c), one group, the terrain UNet's
     // 32 groups of a 128×128 plane, odd sizes.
     let shapes = [(1usize, 1usize, 1usize, 1usize), (2, 6, 7, 3), (1, 4, 33, 4), (2, 8, 100, 1), (1, 64, 1024, 32), (1, 32, 16384, 32), (3, 10, 5, 5)];
-    for (case, &(n, c, plane, groups)) in shapes.iter().enumerate() {
-        let mut r = rng(&format!("group_norm {n}x{c}x{plane} g{groups}"), 800 + case as u64);
+    // Each shape twice: γ and β one per channel, then one per image and channel ([n, c]).
+    for (case, (&(n, c, plane, groups), per_image)) in shapes.iter().flat_map(|s| [(s, false), (s, true)]).enumerate() {
+        let mut r = rng(&format!("group_norm {n}x{c}x{plane} g{groups} per image {per_image}"), 800 + case as u64);
         // An offset per sample, so the mean is not near zero and cancellation is tested.
         let x: Vec<f32> = (0..n * c * plane).map(|i| r.gen_range(-1.0..1.0f32) * 3.0 + (i / (c * plane)) as f32 * 5.0 + 1.5).collect();
-        let gamma = uniform(&mut r, c, -2.0, 2.0);
-        let beta = uniform(&mut r, c, -1.0, 1.0);
+        let na = if per_image { n * c } else { c };
+        let gamma = uniform(&mut r, na, -2.0, 2.0);
+        let beta = uniform(&mut r, na, -1.0, 1.0);
         let eps = 1e-5f32;
         let s = GroupNormShape { n, c, plane, groups };
         let len = c / groups * plane;
@@ -93,7 +95,8 @@ fn group_norm_matches_reference() {
                 let mag = blk.iter().map(|&v| (v as f64).abs()).sum::<f64>() / len as f64;
                 let var = blk.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / len as f64;
                 let inv = 1.0 / (var + eps as f64).sqrt();
-                let g0 = (want.len() / len % groups) * (c / groups);
+                let blk_i = want.len() / len;
+                let g0 = (blk_i % groups) * (c / groups) + if per_image { blk_i / groups * c } else { 0 };
                 for (j, &v) in blk.iter().enumerate() {
                     let ch = g0 + j / plane;
                     let y = (v as f64 - mean) * inv * gamma[ch] as f64 + beta[ch] as f64;
@@ -105,7 +108,7 @@ fn group_norm_matches_reference() {
             each_config(|isa, t| {
                 let mut out = vec![f32::NAN; x.len()];
                 group_norm_with(isa, &x, &gamma, &beta, s, eps, act, &mut out).unwrap();
-                check(&format!("group_norm {isa} t{t} {act:?} {n}x{c}x{plane} g{groups}"), &out, &want, &tol);
+                check(&format!("group_norm {isa} t{t} {act:?} {n}x{c}x{plane} g{groups} per image {per_image}"), &out, &want, &tol);
             });
         }
     }
@@ -119,6 +122,12 @@ fn epilogues_reject_bad_shapes() {
     let v = |n: usize| vec![1.0f32; n];
     assert!(matches!(group_norm_with(isa, &v(11), &v(4), &v(4), s, 1e-5, Act::None, &mut out), Err(KernelError::Length { .. })));
     assert!(matches!(group_norm_with(isa, &v(12), &v(3), &v(4), s, 1e-5, Act::None, &mut out), Err(KernelError::Length { .. })));
+    // Per image: γ and β both [n, c]; one per image with the other per channel is refused.
+    let s2 = GroupNormShape { n: 2, c: 4, plane: 3, groups: 2 };
+    let mut out2 = vec![f32::NAN; 24];
+    assert!(matches!(group_norm_with(isa, &v(24), &v(8), &v(4), s2, 1e-5, Act::None, &mut out2), Err(KernelError::Length { .. })));
+    assert!(matches!(group_norm_with(isa, &v(24), &v(6), &v(6), s2, 1e-5, Act::None, &mut out2), Err(KernelError::Length { .. })));
+    assert!(out2.iter().all(|x| x.is_nan()), "group_norm wrote on error");
     assert!(matches!(group_norm_with(isa, &v(12), &v(4), &v(4), GroupNormShape { groups: 3, ..s }, 1e-5, Act::None, &mut out), Err(KernelError::Shape(_))));
     assert!(out.iter().all(|x| x.is_nan()), "group_norm wrote on error");
     let mut y = v(12);

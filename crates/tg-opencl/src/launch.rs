@@ -382,7 +382,9 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
             args.extend(t(&ins[1]));
             args.extend(t(&ins[2]));
             args.extend(t(out));
-            args.extend([l(s[0]), l(s[1]), l(s[2..].iter().product()), l(*groups), A::F(f64::from_bits(*eps_bits) as f32), A::I(code), A::F(alpha), A::F(floor)]);
+            // γ and β per channel ([C, 1, ..]) or per image and channel ([N, C, 1, ..]).
+            let affine_stride = if ins[1].layout.shape.len() == s.len() { s[1] } else { 0 };
+            args.extend([l(s[0]), l(s[1]), l(s[2..].iter().product()), l(*groups), l(affine_stride), A::F(f64::from_bits(*eps_bits) as f32), A::I(code), A::F(alpha), A::F(floor)]);
             ck.run(queue, "tg_group_norm", &args, &[s[0] * groups], None)
         }
         Kernel::Conv { window, .. } | Kernel::Im2Col { window, .. } | Kernel::Pool { window, .. } | Kernel::ConvBias { window, .. } => {

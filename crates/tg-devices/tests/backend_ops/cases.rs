@@ -691,15 +691,20 @@ fn windows(v: &mut Vec<Case>) {
             v.push(b.finish(Kernel::ConvBias { window: win.clone(), groups, act }, o, MATMUL));
         }
     }
-    // Group normalisation: instance norm (groups = C), grouped, one group; each activation.
-    let norms: Vec<(&str, Vec<usize>, usize)> =
-        vec![("x[2,6,5,7] groups 3", vec![2, 6, 5, 7], 3), ("x[1,4,33] instance norm", vec![1, 4, 33], 4), ("x[2,8,16,16] one group", vec![2, 8, 16, 16], 1)];
-    for (i, (what, xs, groups)) in norms.into_iter().enumerate() {
+    // Group normalisation: instance norm (groups = C), grouped, one group; each activation;
+    // γ and β one per channel, or one per image and channel (a scale and shift folded in).
+    let norms: Vec<(&str, Vec<usize>, usize, bool)> = vec![
+        ("x[2,6,5,7] groups 3", vec![2, 6, 5, 7], 3, false),
+        ("x[1,4,33] instance norm", vec![1, 4, 33], 4, false),
+        ("x[2,8,16,16] one group", vec![2, 8, 16, 16], 1, false),
+        ("x[3,6,5,7] groups 3, γ β per image", vec![3, 6, 5, 7], 3, true),
+    ];
+    for (i, (what, xs, groups, per_image)) in norms.into_iter().enumerate() {
         for act in if i == 0 { acts.to_vec() } else { vec![acts[(i + 2) % 5]] } {
             let mut b = B::new(format!("group_norm {what} {act:?}"));
             let x = b.f32_in(&xs, &[], -2.0, 3.0);
-            let mut cs = vec![xs[1]];
-            cs.extend(std::iter::repeat_n(1, xs.len() - 2));
+            let mut cs = if per_image { vec![xs[0], xs[1]] } else { vec![xs[1]] };
+            cs.extend(std::iter::repeat_n(1, xs.len() - cs.len() - 1 + usize::from(per_image)));
             let (gm, bt) = (b.f32_in(&cs, &[], -2.0, 2.0), b.f32_in(&cs, &[], -1.0, 1.0));
             let op = Op::GroupNorm { groups, eps_bits: 1e-5f64.to_bits(), act };
             let o = b.g.push(op, &[x, gm, bt], None).expect("group_norm");

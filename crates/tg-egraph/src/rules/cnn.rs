@@ -41,6 +41,13 @@ pub(super) fn rules() -> Vec<Rule> {
             |eg, _, m: &NormMatch| add_op(eg, Op::GroupNorm { groups: m.groups, eps_bits: m.eps.to_bits(), act: m.act }, &[m.x, m.gamma, m.beta]),
         ),
         rule(
+            "fold-affine-into-group-norm",
+            "fusion.group-norm",
+            "group_norm_ε(x, γ, β) · a + b = group_norm_ε(x, γ·a, β·a + b) for a, b one value per channel ([C, 1, ..]) or per image and channel ([N, C, 1, ..])",
+            fold_affine_into_group_norm,
+            apply_fold_affine,
+        ),
+        rule(
             "conv-im2col",
             "conv-algorithm",
             "conv(x, w) = reshape(matmul(reshape(w, [1, g, M/g, K]), im2col(x)), [N, M, *O]) with K = (C/g)·taps: the convolution as a GEMM over the unfolded windows",
@@ -278,6 +285,51 @@ fn fuse_group_norm_act(eg: &TEGraph, c: Id) -> Vec<NormMatch> {
         }
     }
     out
+}
+
+/// A group norm without activation scaled and shifted after it: `group_norm(x, γ, β)·a + b`.
+pub(super) struct AffineMatch {
+    norm: NormMatch,
+    a: Id,
+    b: Id,
+}
+
+/// Whether `v` is one value per channel of `y` ([`per_channel`]) or one per image and channel
+/// (`[N, C, 1, ..]`).
+fn per_image_channel(eg: &TEGraph, v: Id, y: Id) -> bool {
+    let (vs, ys) = (shape(eg, v), shape(eg, y));
+    per_channel(eg, v, y) || (ys.len() >= 2 && vs.len() == ys.len() && vs[..2] == ys[..2] && vs[2..].iter().all(|&d| d == 1) && f32_class(eg, v))
+}
+
+fn fold_affine_into_group_norm(eg: &TEGraph, c: Id) -> Vec<AffineMatch> {
+    let mut out = Vec::new();
+    for (t, b) in binary(eg, c, BinaryOp::Add) {
+        for (y, a) in binary(eg, t, BinaryOp::Mul) {
+            if !per_image_channel(eg, a, y) || !per_image_channel(eg, b, y) || shape(eg, t) != shape(eg, y) || shape(eg, c) != shape(eg, y) {
+                continue;
+            }
+            for n in nodes_where(eg, y, |o| matches!(o, Op::GroupNorm { act: Act::None, .. })) {
+                let Op::GroupNorm { groups, eps_bits, .. } = n.op else { continue };
+                let ins: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
+                let norm = NormMatch { x: ins[0], gamma: ins[1], beta: ins[2], groups, eps: f64::from_bits(eps_bits), act: Act::None };
+                out.push(AffineMatch { norm, a, b });
+            }
+        }
+    }
+    out
+}
+
+fn apply_fold_affine(eg: &mut TEGraph, _: Id, m: &AffineMatch) -> Option<Id> {
+    let NormMatch { x, gamma, beta, groups, eps, .. } = m.norm;
+    let g = add_op(eg, Op::Binary(BinaryOp::Mul), &[gamma, m.a])?;
+    let ba = add_op(eg, Op::Binary(BinaryOp::Mul), &[beta, m.a])?;
+    let b = add_op(eg, Op::Binary(BinaryOp::Add), &[ba, m.b])?;
+    let op = Op::GroupNorm { groups, eps_bits: eps.to_bits(), act: Act::None };
+    // The folded scale and shift are per image where `a` or `b` is (or per channel).
+    if !kernel_accepts(eg, &op, &[x, g, b]) {
+        return None;
+    }
+    add_op(eg, op, &[x, g, b])
 }
 
 // ---- Convolution algorithm

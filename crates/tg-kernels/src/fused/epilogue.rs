@@ -213,7 +213,8 @@ impl IsaTask for GroupNormTask<'_> {
             let mean = (sum_lanes::<S>(xb, len, None) / len as f64) as f32;
             let var = sum_lanes::<S>(xb, len, Some(mean)) / len as f64;
             let inv = 1.0 / (var + eps as f64).sqrt();
-            let g0 = (blk % s.groups) * cg;
+            // γ and β of this image: one value per channel, or per image and channel.
+            let g0 = (blk % s.groups) * cg + if gamma.len() == s.c { 0 } else { blk / s.groups * s.c };
             for ch in 0..cg {
                 let scale = (inv * gamma[g0 + ch] as f64) as f32;
                 let o = ch * s.plane;
@@ -268,7 +269,8 @@ unsafe fn sum_lanes<S: Simd>(x: *const f32, n: usize, centre: Option<f32>) -> f6
 /// Group normalisation with affine map and activation: for each sample and group of
 /// `c / groups` channels, `y = act((x − μ) / √(σ² + ε) · γ[ch] + β[ch])` with `μ`, `σ²` the
 /// mean and (biased) variance over the group's channels and positions. `x` and `out` are
-/// `[n, c, plane]`; `gamma` and `beta` have `c` elements.
+/// `[n, c, plane]`; `gamma` and `beta` have `c` elements (one per channel) or `n·c` (one per
+/// image and channel, `[n, c]`), both the same.
 pub fn group_norm(x: &[f32], gamma: &[f32], beta: &[f32], s: GroupNormShape, eps: f32, act: Act, out: &mut [f32]) -> Result<(), KernelError> {
     group_norm_with(isa(), x, gamma, beta, s, eps, act, out)
 }
@@ -283,8 +285,9 @@ pub fn group_norm_with(isa: Isa, x: &[f32], gamma: &[f32], beta: &[f32], s: Grou
     let total = mul("group_norm: x", mul("group_norm: x", s.n, s.c)?, s.plane)?;
     check_len("group_norm: x", total, x.len())?;
     check_len("group_norm: out", total, out.len())?;
-    check_len("group_norm: gamma", s.c, gamma.len())?;
-    check_len("group_norm: beta", s.c, beta.len())?;
+    let affine = if gamma.len() == s.c || s.n <= 1 { s.c } else { mul("group_norm: gamma", s.n, s.c)? };
+    check_len("group_norm: gamma", affine, gamma.len())?;
+    check_len("group_norm: beta", affine, beta.len())?;
     if total == 0 {
         return Ok(());
     }

@@ -56,10 +56,11 @@ __kernel void tg_group_norm(__global const uchar* x, long xbase, long xoff,
                             __global const uchar* gm, long gbase, long goff,
                             __global const uchar* bt, long bbase, long boff,
                             __global uchar* o, long obase, long ooff,
-                            long n, long c, long plane, long groups, float eps, int act, float alpha, float floor_) {
+                            long n, long c, long plane, long groups, long affine_stride, float eps, int act, float alpha, float floor_) {
     long id = get_global_id(0);
     if (id >= n * groups) return;
-    long cg = c / groups, len = cg * plane, g0 = (id % groups) * cg;
+    // affine_stride: 0 for one γ, β per channel, c for one per image and channel.
+    long cg = c / groups, len = cg * plane, g0 = (id % groups) * cg + (id / groups) * affine_stride;
     __global const float* xp = (__global const float*)(x + xbase) + xoff + id * len;
     __global float* op = (__global float*)(o + obase) + ooff + id * len;
     __global const float* gp = (__global const float*)(gm + gbase) + goff;
