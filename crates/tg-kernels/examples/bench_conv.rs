@@ -1,7 +1,7 @@
 //! Convolutions at the terrain UNet's shapes (NCHW f32, bias, no activation), single-threaded
 //! unless `--threads=N`: ms per call and GFLOP/s of the direct convolution's work
 //! (`2·m·c·kh·kw·oh·ow` per image), by the implicit GEMM and, for the 3×3 windows, by Winograd
-//! F(2×2, 3×3) and F(4×4, 3×3); the last column is what `conv2d_bias_act_f32` takes.
+//! F(2×2, 3×3) and F(4×4, 3×3); the last column is what `conv2d_bias_act_f32` takes, and its time.
 //!
 //! `cargo run -p tg-kernels --release --example bench_conv [-- --threads=N] [--batch=N] [FILTER]`
 //! (`FILTER` keeps the shapes whose name contains it; `TG_ISA=avx2|scalar` selects another
@@ -10,7 +10,7 @@
 mod common;
 
 use common::{arg, best_ms, filter, values};
-use tg_kernels::{conv2d_implicit_f32_with, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
+use tg_kernels::{conv2d_bias_act_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
 
 fn main() {
     let threads = arg("--threads=").unwrap_or(1);
@@ -33,6 +33,7 @@ fn main() {
         (128, 8, 128, 3),
         (256, 8, 128, 3),
         (128, 8, 384, 1),
+        (32, 128, 1, 3),
     ] {
         let name = format!("{c}→{m} {kk}×{kk} on {side}×{side}");
         if !name.contains(&filter) {
@@ -49,14 +50,16 @@ fn main() {
         let gemm = pool.install(|| best_ms(0.1, &mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
         let mut cells = String::new();
         for tile in [2, 4] {
-            if kk == 3 {
+            if kk == 3 && m >= 16 {
                 let ms = pool.install(|| best_ms(0.1, &mut || conv2d_winograd_f32_with(isa(), tile, &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
                 cells += &format!(" {ms:.3} | {:.1} |", flop / ms / 1e6);
             } else {
                 cells += " — | — |";
             }
         }
-        let chosen = winograd_tile(&g, 1, m).map_or("implicit GEMM".to_string(), |t| format!("F({t}×{t})"));
-        println!("| {name} | {gemm:.3} | {:.1} |{cells} {chosen} |", flop / gemm / 1e6);
+        let chosen = winograd_tile(&g, 1, m).map_or(if m < 4 { "direct" } else { "implicit GEMM" }.to_string(), |t| format!("F({t}×{t})"));
+        // What `conv2d_bias_act_f32` takes (the direct kernel for a few output channels).
+        let auto = pool.install(|| best_ms(0.1, &mut || conv2d_bias_act_f32(&g, 1, m, &x, &w, &b, Act::None, &mut out).expect("conv")));
+        println!("| {name} | {gemm:.3} | {:.1} |{cells} {chosen} ({auto:.3} ms) |", flop / gemm / 1e6);
     }
 }

@@ -434,6 +434,9 @@ pub fn winograd_tile(g: &Window2d, groups: usize, m: usize) -> Option<usize> {
     g.out_hw().ok().and_then(|o| crate::winograd::tile(crate::isa(), g, groups, m, o))
 }
 
+/// Output channels per group below which [`conv2d_auto`] takes the direct kernel.
+const DIRECT_MAX_OUT: usize = 4;
+
 fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
     let tile = match (winograd_tile(g, groups, m), winograd_max_tile()) {
         (Some(t), max) if t <= max => Some(t),
@@ -441,6 +444,17 @@ fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32]
         (Some(_), 2) => Some(2),
         _ => None,
     };
+    // Fewer output channels per group than the GEMM's register tile has rows (the terrain
+    // UNet's last 32→1 3×3 conv): the tile's rows would be mostly idle and the unfolded panel
+    // is built for one output row, so the direct kernel, which reads the input in place, is
+    // faster (AVX-512 Xeon, 32→1 3×3 on 128×128: see `examples/bench_conv`).
+    if tile.is_none() && m / groups.max(1) < DIRECT_MAX_OUT {
+        conv2d_f32_with(crate::isa(), g, groups, m, x, weights, out)?;
+        return match epilogue {
+            Some((bias, act)) => crate::bias_act_rows_with(crate::isa(), out, bias, g.out_hw()?[0] * g.out_hw()?[1], act),
+            None => Ok(()),
+        };
+    }
     match tile {
         Some(t) => conv2d_winograd_f32_with(crate::isa(), t, g, groups, m, x, weights, epilogue, out),
         None => conv2d_implicit_f32_with(crate::isa(), g, groups, m, x, weights, epilogue, out),
