@@ -328,14 +328,25 @@ impl Block<'_> {
         let nrows = TM * rows + 2;
         let phase = tw + 1 + l;
         let stride = TM * phase;
-        s.split.clear();
-        s.split.resize(c * nrows * stride, 0.0);
+        // Only the padding is zeroed (rows outside the image, each phase's ends): zeroing the
+        // whole buffer first was a pass as large as the block's input (4 % of the terrain run).
+        crate::grow(&mut s.split, c * nrows * stride);
         for ci in 0..c {
             let plane = x.add(ci * ih * iw);
             for r in 0..nrows {
-                let Some(iy) = (TM * ty0 + r).checked_sub(pt).filter(|&y| y < ih) else { continue };
-                let src = plane.add(iy * iw);
                 let dst = s.split.as_mut_ptr().add((ci * nrows + r) * stride);
+                let Some(iy) = (TM * ty0 + r).checked_sub(pt).filter(|&y| y < ih) else {
+                    std::ptr::write_bytes(dst, 0, stride);
+                    continue;
+                };
+                // Columns ≡ q (mod TM) fill indices off .. off + count of phase (q + pl) mod TM.
+                for q in 0..TM {
+                    let (off, count) = ((q + pl) / TM, iw.saturating_sub(q).div_ceil(TM));
+                    let ph = dst.add(((q + pl) % TM) * phase);
+                    std::ptr::write_bytes(ph, 0, off);
+                    std::ptr::write_bytes(ph.add(off + count), 0, phase - off - count);
+                }
+                let src = plane.add(iy * iw);
                 // Input column ix goes to phase (ix + pl) mod TM at index (ix + pl) / TM;
                 // `to[q]` is where the input columns ≡ q (mod TM) start.
                 let to: [*mut f32; TM] = std::array::from_fn(|q| dst.add(((q + pl) % TM) * phase + (q + pl) / TM));
