@@ -41,17 +41,20 @@ use crate::{Act, Isa, Window2d};
 /// small enough that the block's `V` and products stay in L2 for typical channel counts.
 const BLOCK_TILES: usize = 128;
 
-/// Tiles per image from which Winograd is taken, by ISA: the transforms, and the filters'
-/// transform (per call), cost more than the products save on smaller planes.
-/// * 16 lanes (AVX-512 Xeon, terrain UNet): F(2×2) on 8×8 and 16×16 planes (16 and 64 tiles)
-///   ran slower than the implicit GEMM, on 32×32 planes (256) faster: 128 for both tiles.
-/// * 8 lanes (AVX2, AMD EPYC, `examples/bench_conv`): F(2×2) beat the implicit GEMM on 16×16
-///   planes (64 tiles; 96→96 channels 0.42 against 0.86 ms, F(4×4) 0.58) and tied on 8×8
-///   ones; F(4×4) beat F(2×2) from 32×32 planes (64 tiles; 64→64 channels 0.52 against 0.67
-///   ms): 64 for both.
-fn min_tiles(isa: Isa) -> usize {
-    match isa {
-        Isa::Avx512 => 128,
+/// Tiles per image from which Winograd by `tile` is taken, by ISA: the transforms, and the
+/// filters' transform (per call), cost more than the products save on smaller planes.
+/// * 16 lanes (AVX-512 Xeon, `examples/bench_conv`, 2026-12-06): F(2×2) beats the implicit
+///   GEMM on 16×16 planes (64 tiles; 96→96 channels 0.28–0.38 against 0.52–0.72 ms, 192→96
+///   0.65–0.75 against 1.30) and loses on 8×8 ones (128→128 0.29–0.30 against 0.26–0.28);
+///   F(4×4) ties with F(2×2) on 32×32 planes (64 tiles; 64→64 0.41–0.51 against 0.40–0.53)
+///   and wins from 64×64: 64 for F(2×2), 128 for F(4×4). (The first measurement, before the
+///   transforms were vectorised, had F(2×2) slower on 16×16 planes too.)
+/// * 8 lanes (AVX2, AMD EPYC): F(2×2) beat the implicit GEMM on 16×16 planes (64 tiles;
+///   96→96 channels 0.42 against 0.86 ms, F(4×4) 0.58) and tied on 8×8 ones; F(4×4) beat
+///   F(2×2) from 32×32 planes (64 tiles; 64→64 channels 0.52 against 0.67 ms): 64 for both.
+fn min_tiles(isa: Isa, tile: usize) -> usize {
+    match (isa, tile) {
+        (Isa::Avx512, 4) => 128,
         _ => 64,
     }
 }
@@ -72,7 +75,7 @@ pub(crate) fn tile(isa: Isa, g: &Window2d, groups: usize, m: usize, o: [usize; 2
     if !fits(g, groups, m, o) {
         return None;
     }
-    [4, 2].into_iter().find(|&t| o[0].div_ceil(t) * o[1].div_ceil(t) >= min_tiles(isa))
+    [4, 2].into_iter().find(|&t| o[0].div_ceil(t) * o[1].div_ceil(t) >= min_tiles(isa, t))
 }
 
 /// The transforms of one tile size: `α = m + 2` rows, tables padded to the largest (6).
