@@ -672,15 +672,41 @@ fn cases() -> Vec<(&'static str, CaseFn)> {
             let (xs, ws, window, groups) = conv_geometry(rng);
             let bias = channel_shape(ws[0], xs.len());
             let act = random_act(rng);
+            // With or without a residual: the activation comes after it either way.
+            let out: Vec<usize> = [xs[0], ws[0]].into_iter().chain(window.output(&xs[2..]).unwrap()).collect();
+            let mut inputs = vec![xs, bias];
+            if rng.gen_bool(0.5) {
+                inputs.push(out);
+            }
             let (w1, w2) = (window.clone(), window.clone());
             case(
-                &[xs, bias],
+                &inputs,
+                &[ws],
+                &move |b, x, w| {
+                    let ops: Vec<_> = [x[0], w[0]].into_iter().chain(x[1..].iter().copied()).collect();
+                    let y = p::fused(b, Op::ConvBias { window: w1.clone(), groups, act: Act::None }, &ops)?;
+                    activation(b, y, act)
+                },
+                &move |b, x, w| {
+                    let ops: Vec<_> = [x[0], w[0]].into_iter().chain(x[1..].iter().copied()).collect();
+                    p::fused(b, Op::ConvBias { window: w2.clone(), groups, act }, &ops)
+                },
+            )
+        }),
+        ("fuse-conv-residual", |rng| {
+            let (xs, ws, window, groups) = conv_geometry(rng);
+            let bias = channel_shape(ws[0], xs.len());
+            let out: Vec<usize> = [xs[0], ws[0]].into_iter().chain(window.output(&xs[2..]).unwrap()).collect();
+            let swap = rng.gen_bool(0.5);
+            let (w1, w2) = (window.clone(), window.clone());
+            case(
+                &[xs, bias, out],
                 &[ws],
                 &move |b, x, w| {
                     let y = p::fused(b, Op::ConvBias { window: w1.clone(), groups, act: Act::None }, &[x[0], w[0], x[1]])?;
-                    activation(b, y, act)
+                    p::add(b, y, x[2], swap)
                 },
-                &move |b, x, w| p::fused(b, Op::ConvBias { window: w2.clone(), groups, act }, &[x[0], w[0], x[1]]),
+                &move |b, x, w| p::fused(b, Op::ConvBias { window: w2.clone(), groups, act: Act::None }, &[x[0], w[0], x[1], x[2]]),
             )
         }),
         ("conv-im2col", |rng| {

@@ -340,12 +340,14 @@ fn eval_node<'w>(
             out(conv_f64(&x, &dense(1)?, window, *groups, &n.shape))
         }
         Op::ConvBias { window, groups, act } => {
-            // act(conv(x, w) + b), b one value per output channel.
+            // act(conv(x, w) + b [+ r]), b one value per output channel, r the output's shape.
             let mut data = conv_f64(&dense(0)?, &dense(1)?, window, *groups, &n.shape);
             let b = dense(2)?;
+            let r = if args.len() > 3 { Some(dense(3)?) } else { None };
             let p = numel(&n.shape[2..]).max(1);
             for (i, v) in data.iter_mut().enumerate() {
-                *v = act.eval_f64(*v + b.data[(i / p) % n.shape[1]]);
+                let res = r.as_ref().map_or(0.0, |r| r.data[i]);
+                *v = act.eval_f64(*v + b.data[(i / p) % n.shape[1]] + res);
             }
             out(data)
         }

@@ -373,11 +373,12 @@ pub enum Op {
         /// `f64::to_bits` of epsilon.
         eps_bits: u64,
     },
-    /// Convolution with a per-channel bias and an activation:
-    /// `act(conv(x, w) + b)`. Inputs `[x, w, b]` with `x`, `w` as for [`Op::Conv`] and `b`
-    /// one value per output channel, shaped `[M, 1, ..]` (rank of `x` minus one, so that it
-    /// broadcasts over `[N, M, *S']`); output as for [`Op::Conv`]. The bias add and the
-    /// activation run on the convolution's output while it is in cache.
+    /// Convolution with a per-channel bias, an optional residual and an activation:
+    /// `act(conv(x, w) + b)` or `act(conv(x, w) + b + r)`. Inputs `[x, w, b]` or
+    /// `[x, w, b, r]` with `x`, `w` as for [`Op::Conv`], `b` one value per output channel,
+    /// shaped `[M, 1, ..]` (rank of `x` minus one, so that it broadcasts over `[N, M, *S']`),
+    /// and `r` shaped like the output (a residual connection); output as for [`Op::Conv`].
+    /// The adds and the activation run on the convolution's output while it is in cache.
     ConvBias {
         /// The window.
         window: crate::Window,

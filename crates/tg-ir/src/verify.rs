@@ -302,10 +302,14 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
         }
         Op::Conv { window, groups } | Op::Im2Col { window, groups } | Op::ConvBias { window, groups, .. } => {
             let conv = !matches!(op, Op::Im2Col { .. });
+            // ConvBias: [x, w, b] or [x, w, b, residual].
+            let bias_res = matches!(op, Op::ConvBias { .. }) && ins.len() == 4;
             arity(
                 op,
                 ins,
-                if matches!(op, Op::ConvBias { .. }) {
+                if bias_res {
+                    4
+                } else if matches!(op, Op::ConvBias { .. }) {
                     3
                 } else if conv {
                     2
@@ -342,6 +346,9 @@ fn infer_shape(op: &Op, ins: &[(&[usize], DType)], declared: Option<(&[usize], D
             }
             let mut s = vec![n, m];
             s.extend(out_sp);
+            if bias_res && ins[3].0 != s.as_slice() {
+                return Err(shape_err(op, format!("residual {:?} must have the output's shape {s:?}", ins[3].0)));
+            }
             Ok((s, DType::F32))
         }
         Op::GroupNorm { groups, eps_bits, .. } => {

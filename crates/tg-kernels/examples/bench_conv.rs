@@ -10,7 +10,7 @@
 mod common;
 
 use common::{arg, best_ms, filter, values};
-use tg_kernels::{conv2d_bias_act_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
+use tg_kernels::{conv2d_bias_act_f32, conv2d_implicit_f32_with, ConvEpilogue, conv2d_winograd_f32_with, isa, winograd_tile, Act, Window2d};
 
 fn main() {
     let threads = arg("--threads=").unwrap_or(1);
@@ -46,7 +46,7 @@ fn main() {
         let b = values(m, 3);
         let mut out = vec![0.0f32; batch * m * side * side];
         let flop = 2.0 * (batch * m * c * kk * kk * side * side) as f64;
-        let ep = Some((&b[..], Act::None));
+        let ep = Some(ConvEpilogue::bias_act(&b, Act::None));
         let gemm = pool.install(|| best_ms(0.1, &mut || conv2d_implicit_f32_with(isa(), &g, 1, m, &x, &w, ep, &mut out).expect("conv")));
         let mut cells = String::new();
         for tile in [2, 4] {

@@ -400,11 +400,48 @@ pub fn conv2d_implicit_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], wei
     conv2d_auto(g, groups, m, x, weights, None, out)
 }
 
+/// What a convolution does to each block of its output while it is in cache:
+/// `act(y + bias[m] + residual)`, `bias` one value per output channel and `residual` (when
+/// given) a tensor of the output's shape, added before the activation (a residual
+/// connection `x + conv(h)` of a ResNet or UNet block).
+#[derive(Debug, Clone, Copy)]
+pub struct ConvEpilogue<'a> {
+    /// One value per output channel.
+    pub bias: &'a [f32],
+    /// The activation, last.
+    pub act: crate::Act,
+    /// Added element by element, before the activation.
+    pub residual: Option<&'a [f32]>,
+}
+
+impl<'a> ConvEpilogue<'a> {
+    /// `act(y + bias[m])`.
+    pub fn bias_act(bias: &'a [f32], act: crate::Act) -> Self {
+        ConvEpilogue { bias, act, residual: None }
+    }
+
+    /// Checks the bias (`m` values) and the residual (`out_len` values).
+    fn check(&self, m: usize, out_len: usize) -> Result<(), KernelError> {
+        check_len("conv2d: bias", m, self.bias.len())?;
+        match self.residual {
+            Some(r) => check_len("conv2d: residual", out_len, r.len()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// [`conv2d_implicit_f32`] with the fused epilogue `act(conv + bias[m])` applied to each
 /// block of the output right after it is computed (`bias` has `m` elements); Winograd where
 /// it applies, as there.
 pub fn conv2d_bias_act_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], bias: &[f32], act: crate::Act, out: &mut [f32]) -> Result<(), KernelError> {
-    conv2d_auto(g, groups, m, x, weights, Some((bias, act)), out)
+    conv2d_auto(g, groups, m, x, weights, Some(ConvEpilogue::bias_act(bias, act)), out)
+}
+
+/// [`conv2d_bias_act_f32`] with a residual added before the activation:
+/// `act(conv + bias[m] + residual)`, `residual` shaped like the output.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bias_residual_act_f32(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], bias: &[f32], residual: &[f32], act: crate::Act, out: &mut [f32]) -> Result<(), KernelError> {
+    conv2d_auto(g, groups, m, x, weights, Some(ConvEpilogue { bias, act, residual: Some(residual) }), out)
 }
 
 /// The largest Winograd tile the convolution kernels use: 4 by default; `TG_WINOGRAD=2`
@@ -434,10 +471,22 @@ pub fn winograd_tile(g: &Window2d, groups: usize, m: usize) -> Option<usize> {
     g.out_hw().ok().and_then(|o| crate::winograd::tile(crate::isa(), g, groups, m, o))
 }
 
+/// The epilogue over a whole output `[N, M, p]` (after the direct kernel, or for an empty
+/// window): the residual added, then the bias and activation.
+fn epilogue_rows(isa: Isa, out: &mut [f32], e: ConvEpilogue<'_>, p: usize) -> Result<(), KernelError> {
+    if let Some(r) = e.residual {
+        check_len("conv2d: residual", out.len(), r.len())?;
+        for (o, &v) in out.iter_mut().zip(r) {
+            *o += v;
+        }
+    }
+    crate::bias_act_rows_with(isa, out, e.bias, p, e.act)
+}
+
 /// Output channels per group below which [`conv2d_auto`] takes the direct kernel.
 const DIRECT_MAX_OUT: usize = 4;
 
-fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], crate::Act)>, out: &mut [f32]) -> Result<(), KernelError> {
+fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32], epilogue: Option<ConvEpilogue<'_>>, out: &mut [f32]) -> Result<(), KernelError> {
     let tile = match (winograd_tile(g, groups, m), winograd_max_tile()) {
         (Some(t), max) if t <= max => Some(t),
         // F(4×4) is chosen but F(2×2) is asked for: F(2×2) on the same plane.
@@ -449,9 +498,12 @@ fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32]
     // is built for one output row, so the direct kernel, which reads the input in place, is
     // faster (AVX-512 Xeon, 32→1 3×3 on 128×128: see `examples/bench_conv`).
     if tile.is_none() && m / groups.max(1) < DIRECT_MAX_OUT {
+        if let Some(e) = epilogue {
+            e.check(m, out.len())?;
+        }
         conv2d_f32_with(crate::isa(), g, groups, m, x, weights, out)?;
         return match epilogue {
-            Some((bias, act)) => crate::bias_act_rows_with(crate::isa(), out, bias, g.out_hw()?[0] * g.out_hw()?[1], act),
+            Some(e) => epilogue_rows(crate::isa(), out, e, g.out_hw()?[0] * g.out_hw()?[1]),
             None => Ok(()),
         };
     }
@@ -475,7 +527,7 @@ pub fn conv2d_winograd_f32_with(
     m: usize,
     x: &[f32],
     weights: &[f32],
-    epilogue: Option<(&[f32], crate::Act)>,
+    epilogue: Option<ConvEpilogue<'_>>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let isa = crate::isa::checked(isa)?;
@@ -488,8 +540,8 @@ pub fn conv2d_winograd_f32_with(
             "conv2d (Winograd): window {g:?} with {groups} groups and {m} outputs is not a 3x3, stride-1, one-group convolution of >= 16 channels with an output of at least 4x4"
         )));
     }
-    if let Some((bias, _)) = epilogue {
-        check_len("conv2d: bias", m, bias.len())?;
+    if let Some(e) = epilogue {
+        e.check(m, out.len())?;
     }
     check_len("conv2d: x", mul("conv2d: x", mul("conv2d: x", g.n, g.c)?, mul("conv2d: x", g.in_hw[0], g.in_hw[1])?)?, x.len())?;
     check_len("conv2d: weights", mul("conv2d: weights", m, g.c * 9)?, weights.len())?;
@@ -508,12 +560,12 @@ pub fn conv2d_implicit_f32_with(
     m: usize,
     x: &[f32],
     weights: &[f32],
-    epilogue: Option<(&[f32], crate::Act)>,
+    epilogue: Option<ConvEpilogue<'_>>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let isa = crate::isa::checked(isa)?;
-    if let Some((bias, _)) = epilogue {
-        check_len("conv2d: bias", m, bias.len())?;
+    if let Some(e) = epilogue {
+        e.check(m, out.len())?;
     }
     let [oh, ow] = g.out_hw()?;
     if groups == 0 || !g.c.is_multiple_of(groups) || !m.is_multiple_of(groups) {
@@ -531,13 +583,14 @@ pub fn conv2d_implicit_f32_with(
     let mg = m / groups;
     if k == 0 {
         out.fill(0.0);
-        if let Some((bias, act)) = epilogue {
-            return crate::bias_act_rows_with(isa, out, bias, p, act);
+        if let Some(e) = epilogue {
+            return epilogue_rows(isa, out, e, p);
         }
         return Ok(());
     }
-    let bp = SyncPtr(epilogue.map_or(std::ptr::null_mut(), |(b, _)| b.as_ptr() as *mut f32));
-    let act = epilogue.map(|(_, a)| a);
+    let bp = SyncPtr(epilogue.map_or(std::ptr::null_mut(), |e| e.bias.as_ptr() as *mut f32));
+    let rp = SyncPtr(epilogue.and_then(|e| e.residual).map_or(std::ptr::null_mut(), |r| r.as_ptr() as *mut f32));
+    let act = epilogue.map(|e| e.act);
     let cb = ((1usize << 16) / k).clamp(64, p.max(64)) / 64 * 64;
     let blocks = p.div_ceil(cb);
     // Fewer column blocks than threads (a small plane of one image): the output channels are
@@ -583,7 +636,8 @@ pub fn conv2d_implicit_f32_with(
                     let c = op.get().add((b * m + gi * mg + r0) * p + j0);
                     crate::matmul_f32::gemm_panel_strided(isa, a, k, mr, panel.as_ptr(), ps, w, k, c, p);
                     if let Some(act) = act {
-                        crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, act);
+                        let res = if rp.get().is_null() { std::ptr::null() } else { rp.get().add((b * m + gi * mg + r0) * p + j0) as *const f32 };
+                        crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, res, act);
                     }
                 }
                 continue;
@@ -627,7 +681,8 @@ pub fn conv2d_implicit_f32_with(
                 let c = op.get().add((b * m + gi * mg + r0) * p + j0);
                 crate::matmul_f32::gemm_panel_strided(isa, a, k, mr, panel.as_ptr(), ps, w, k, c, p);
                 if let Some(act) = act {
-                    crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, act);
+                    let res = if rp.get().is_null() { std::ptr::null() } else { rp.get().add((b * m + gi * mg + r0) * p + j0) as *const f32 };
+                    crate::fused::epilogue::bias_act_block(isa, c, p, mr, w, bp.get().add(gi * mg + r0) as *const f32, res, act);
                 }
             }
         }

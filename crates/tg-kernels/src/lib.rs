@@ -40,7 +40,7 @@ pub use tg_quant::GgmlType;
 use thiserror::Error;
 
 pub use conv::{
-    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32,
+    conv2d_bias_act_f32, conv2d_bias_residual_act_f32, conv2d_f32, ConvEpilogue, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32,
     pool2d_f32_with, winograd_applies, winograd_tile, Pool, Window2d,
 };
 pub use copy::copy_strided_f32;

@@ -35,7 +35,7 @@
 use crate::dequant::SimdDecode;
 use crate::isa::{run_on, IsaTask};
 use crate::par::{for_ranges, SyncPtr};
-use crate::{Act, Isa, Window2d};
+use crate::{Isa, Window2d};
 
 /// Tiles per block: enough columns for the matmul's widest register tile several times over,
 /// small enough that the block's `V` and products stay in L2 for typical channel counts.
@@ -203,10 +203,10 @@ thread_local! {
 }
 
 /// The convolution of `x [n, c, h, w]` with `weights [m, c, 3, 3]` into `out [n, m, oh, ow]`
-/// by output tiles of `tile` (2 or 4), with the optional `act(· + bias[m])` epilogue. The
+/// by output tiles of `tile` (2 or 4), with the optional `act(· + bias[m] + residual)` epilogue. The
 /// caller has checked the lengths, the geometry ([`tile`]) and that `isa` is available.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x: &[f32], weights: &[f32], epilogue: Option<(&[f32], Act)>, out: &mut [f32]) {
+pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x: &[f32], weights: &[f32], epilogue: Option<crate::ConvEpilogue<'_>>, out: &mut [f32]) {
     let Ok([oh, ow]) = g.out_hw() else { return };
     let c = g.c;
     let (th, tw) = (oh.div_ceil(tile), ow.div_ceil(tile));
@@ -214,7 +214,7 @@ pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x:
     let blocks = th.div_ceil(rb);
     let u = filters(isa, tile, weights, m, c);
     let (xp, up, op) = (SyncPtr(x.as_ptr() as *mut f32), SyncPtr(u.as_ptr() as *mut f32), SyncPtr(out.as_mut_ptr()));
-    let bias = epilogue.map(|(b, a)| (SyncPtr(b.as_ptr() as *mut f32), a));
+    let bias = epilogue.map(|e| (SyncPtr(e.bias.as_ptr() as *mut f32), SyncPtr(e.residual.map_or(std::ptr::null_mut(), |r| r.as_ptr() as *mut f32)), e.act));
     let g = *g;
     for_ranges(g.n * blocks, 1, 1, |r| {
         let mut s = SCRATCH.with(|c| c.take());
@@ -241,9 +241,11 @@ pub(crate) fn conv3x3_winograd(isa: Isa, tile: usize, g: &Window2d, m: usize, x:
                         s: &mut s,
                     },
                 );
-                if let Some((bp, act)) = bias {
+                if let Some((bp, rp, act)) = bias {
                     let (oy0, oy1) = (tile * ty0, (tile * (ty0 + rows)).min(oh));
-                    crate::fused::epilogue::bias_act_block(isa, op.get().add(b * m * oh * ow + oy0 * ow), oh * ow, m, (oy1 - oy0) * ow, bp.get(), act);
+                    let at = b * m * oh * ow + oy0 * ow;
+                    let res = if rp.get().is_null() { std::ptr::null() } else { rp.get().add(at) as *const f32 };
+                    crate::fused::epilogue::bias_act_block(isa, op.get().add(at), oh * ow, m, (oy1 - oy0) * ow, bp.get(), res, act);
                 }
             }
         }

@@ -34,8 +34,8 @@ mod common;
 use common::*;
 use rand_chacha::ChaCha8Rng;
 use tg_kernels::{
-    conv2d_bias_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
-    winograd_applies, winograd_tile, Act, Isa, KernelError, Pool, Window2d,
+    conv2d_bias_act_f32, conv2d_bias_residual_act_f32, conv2d_f32, conv2d_f32_with, conv2d_gemm_f32, conv2d_implicit_f32_with, conv2d_winograd_f32_with, im2col_f32, pool2d_f32, pool2d_f32_with,
+    winograd_applies, winograd_tile, Act, ConvEpilogue, Isa, KernelError, Pool, Window2d,
 };
 
 /// Unit roundoff of f32.
@@ -338,10 +338,17 @@ fn conv2d_matches_reference() {
             let want_b: Vec<f64> = want.iter().enumerate().map(|(i, &y)| f(y + bias[(i / p) % m] as f64)).collect();
             let tol_b: Vec<f64> =
                 tol.iter().enumerate().map(|(i, &t)| 1.1 * (t + 2.0 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64)) + 8.0 * U * want_b[i].abs() + 1e-30).collect();
+            // With a residual added before the activation: its add's rounding on top.
+            let res = uniform(&mut r, want.len(), -1.0, 1.0);
+            let want_r: Vec<f64> = want.iter().enumerate().map(|(i, &y)| f(y + bias[(i / p) % m] as f64 + res[i] as f64)).collect();
+            let tol_r: Vec<f64> = tol_b.iter().enumerate().map(|(i, &t)| t + 2.2 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64 + res[i].abs() as f64)).collect();
             for &t in &THREADS {
                 let mut out = vec![f32::NAN; want.len()];
                 pool(t).install(|| conv2d_bias_act_f32(&g, groups, m, &x, &w, &bias, act, &mut out)).unwrap_or_else(|e| panic!("conv bias {name}: {e}"));
                 check(&format!("conv {name} + bias, {act:?}, {t} threads"), &out, &want_b, &tol_b);
+                let mut out = vec![f32::NAN; want.len()];
+                pool(t).install(|| conv2d_bias_residual_act_f32(&g, groups, m, &x, &w, &bias, &res, act, &mut out)).unwrap_or_else(|e| panic!("conv bias residual {name}: {e}"));
+                check(&format!("conv {name} + bias + residual, {act:?}, {t} threads"), &out, &want_r, &tol_r);
             }
         }
     }
@@ -386,6 +393,9 @@ fn conv2d_winograd_matches_reference() {
         let p = oh * ow;
         let want_b: Vec<f64> = want.iter().enumerate().map(|(i, &y)| (y + bias[(i / p) % m] as f64).max(0.0)).collect();
         let tol_b: Vec<f64> = tol.iter().enumerate().map(|(i, &t)| t + 2.0 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64)).collect();
+        let res = uniform(&mut r, want.len(), -1.0, 1.0);
+        let want_r: Vec<f64> = want.iter().enumerate().map(|(i, &y)| (y + bias[(i / p) % m] as f64 + res[i] as f64).max(0.0)).collect();
+        let tol_r: Vec<f64> = tol_b.iter().enumerate().map(|(i, &t)| t + 2.0 * U * (want[i].abs() + bias[(i / p) % m].abs() as f64 + res[i].abs() as f64)).collect();
         for (isa, tile) in isas().into_iter().flat_map(|i| [(i, 2), (i, 4)]) {
             for &t in &THREADS {
                 let mut out = vec![f32::NAN; want.len()];
@@ -397,9 +407,13 @@ fn conv2d_winograd_matches_reference() {
                 }
                 let mut out = vec![f32::NAN; want.len()];
                 pool(t)
-                    .install(|| conv2d_winograd_f32_with(isa, tile, &g, 1, m, &x, &w, Some((&bias, Act::Relu)), &mut out))
+                    .install(|| conv2d_winograd_f32_with(isa, tile, &g, 1, m, &x, &w, Some(ConvEpilogue::bias_act(&bias, Act::Relu)), &mut out))
                     .unwrap_or_else(|e| panic!("winograd {name} + bias: {e}"));
                 check(&format!("conv {name} + bias, relu, by Winograd F({tile}x{tile}) on {isa:?}, {t} threads"), &out, &want_b, &tol_b);
+                let mut out = vec![f32::NAN; want.len()];
+                let ep = ConvEpilogue { bias: &bias, act: Act::Relu, residual: Some(&res) };
+                pool(t).install(|| conv2d_winograd_f32_with(isa, tile, &g, 1, m, &x, &w, Some(ep), &mut out)).unwrap_or_else(|e| panic!("winograd {name} + residual: {e}"));
+                check(&format!("conv {name} + bias + residual, relu, by Winograd F({tile}x{tile}) on {isa:?}, {t} threads"), &out, &want_r, &tol_r);
             }
         }
     }

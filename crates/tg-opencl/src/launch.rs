@@ -407,6 +407,17 @@ pub(crate) fn enqueue(ck: &ClKernels, queue: &CommandQueue, kernel: &Kernel, ins
                             args.extend([A::I(0), A::I(0), A::F(0.0), A::F(0.0)]);
                         }
                     }
+                    // The residual of a 4-operand ConvBias; else the input stands in, unread.
+                    match ins.get(3) {
+                        Some(r) if matches!(kernel, Kernel::ConvBias { .. }) => {
+                            args.extend(t(r));
+                            args.push(A::I(1));
+                        }
+                        _ => {
+                            args.extend(t(&ins[0]));
+                            args.push(A::I(0));
+                        }
+                    }
                     args.extend(t(out));
                     args.extend([l(g.n), l(g.c), l(g.in_hw[0]), l(g.in_hw[1]), l(ol.shape[1]), l(*groups), l(oh), l(ow)]);
                     args.extend(geom);

@@ -154,7 +154,10 @@ pub fn well_formed(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), 
             window_shapes(&op, ins, out)
         }
         Kernel::ConvBias { window, groups, act } => {
-            arity(3)?;
+            // [x, w, bias] or [x, w, bias, residual].
+            if ins.len() != 4 {
+                arity(3)?;
+            }
             fused_f32(ins)?;
             need(out.dtype == DType::F32 && out.is_contiguous(), || "conv_bias: contiguous f32 output".into())?;
             window_shapes(&tg_ir::Op::ConvBias { window: window.clone(), groups: *groups, act: *act }, ins, out)

@@ -17,14 +17,21 @@ pub(super) fn rules() -> Vec<Rule> {
         rule("fuse-sigmoid", "fusion.activation", "1 / (1 + exp(−x)) = sigmoid(x)", fuse_sigmoid, |eg, _, &x| add_op(eg, Op::Unary(UnaryOp::Sigmoid), &[x])),
         rule("fuse-silu", "fusion.activation", "x · sigmoid(x) = silu(x)", fuse_silu, |eg, _, &x| add_op(eg, Op::Unary(UnaryOp::Silu), &[x])),
         rule("fuse-conv-bias", "fusion.conv", "conv(x, w) + b = conv_bias(x, w, b) for b one value per output channel ([M, 1, ..])", fuse_conv_bias, |eg, _, m: &ConvMatch| {
-            add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: Act::None }, &[m.x, m.w, m.b])
+            add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: Act::None }, &m.operands())
         }),
         rule(
             "fuse-conv-act",
             "fusion.conv",
-            "act(conv_bias(x, w, b)) = conv_bias_act(x, w, b) for act = relu (max(y, 0)), leaky relu (where(y < 0, α·y, y)) or silu",
+            "act(conv_bias(x, w, b [, r])) = conv_bias_act(x, w, b [, r]) for act = relu (max(y, 0)), leaky relu (where(y < 0, α·y, y)) or silu",
             fuse_conv_act,
-            |eg, _, m: &ConvMatch| add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: m.act }, &[m.x, m.w, m.b]),
+            |eg, _, m: &ConvMatch| add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: m.act }, &m.operands()),
+        ),
+        rule(
+            "fuse-conv-residual",
+            "fusion.conv",
+            "conv_bias(x, w, b) + r = conv_bias(x, w, b, r) for r of the output's shape (a residual connection, added while the output is in cache)",
+            fuse_conv_residual,
+            |eg, _, m: &ConvMatch| add_op(eg, Op::ConvBias { window: m.window.clone(), groups: m.groups, act: Act::None }, &m.operands()),
         ),
         rule(
             "fuse-group-norm",
@@ -156,14 +163,25 @@ fn leaky(eg: &TEGraph, c: Id) -> Vec<(Id, Act)> {
 
 // ---- Convolution epilogue
 
-/// A convolution with its bias and activation.
+/// A convolution with its bias, residual and activation.
 pub(super) struct ConvMatch {
     x: Id,
     w: Id,
     b: Id,
+    /// The residual added before the activation, if any.
+    r: Option<Id>,
     window: tg_ir::Window,
     groups: usize,
     act: Act,
+}
+
+impl ConvMatch {
+    /// `[x, w, b]` or `[x, w, b, r]`.
+    fn operands(&self) -> Vec<Id> {
+        let mut v = vec![self.x, self.w, self.b];
+        v.extend(self.r);
+        v
+    }
 }
 
 /// True when `b` is one value per channel of `y` (`[C, 1, ..]`, rank one less).
@@ -183,7 +201,7 @@ fn fuse_conv_bias(eg: &TEGraph, c: Id) -> Vec<ConvMatch> {
             let (x, w) = (eg.find(n.children[0]), eg.find(n.children[1]));
             let op = Op::ConvBias { window: window.clone(), groups: *groups, act: Act::None };
             if kernel_accepts(eg, &op, &[x, w, b]) {
-                out.push(ConvMatch { x, w, b, window: window.clone(), groups: *groups, act: Act::None });
+                out.push(ConvMatch { x, w, b, r: None, window: window.clone(), groups: *groups, act: Act::None });
             }
         }
     }
@@ -198,7 +216,30 @@ fn fuse_conv_act(eg: &TEGraph, c: Id) -> Vec<ConvMatch> {
             let ins: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).collect();
             let op = Op::ConvBias { window: window.clone(), groups: *groups, act };
             if kernel_accepts(eg, &op, &ins) {
-                out.push(ConvMatch { x: ins[0], w: ins[1], b: ins[2], window: window.clone(), groups: *groups, act });
+                // The residual, when the node has one, stays (the activation comes after it).
+                out.push(ConvMatch { x: ins[0], w: ins[1], b: ins[2], r: ins.get(3).copied(), window: window.clone(), groups: *groups, act });
+            }
+        }
+    }
+    out
+}
+
+fn fuse_conv_residual(eg: &TEGraph, c: Id) -> Vec<ConvMatch> {
+    let mut out = Vec::new();
+    for (y, r) in binary(eg, c, BinaryOp::Add) {
+        // The residual has the output's shape (no broadcast), and the sum too.
+        if shape(eg, r) != shape(eg, y) || shape(eg, c) != shape(eg, y) || !f32_class(eg, r) {
+            continue;
+        }
+        for n in nodes_where(eg, y, |o| matches!(o, Op::ConvBias { act: Act::None, .. })) {
+            let Op::ConvBias { window, groups, .. } = &n.op else { continue };
+            if n.children.len() != 3 {
+                continue;
+            }
+            let ins: Vec<Id> = n.children.iter().map(|&i| eg.find(i)).chain([r]).collect();
+            let op = Op::ConvBias { window: window.clone(), groups: *groups, act: Act::None };
+            if kernel_accepts(eg, &op, &ins) {
+                out.push(ConvMatch { x: ins[0], w: ins[1], b: ins[2], r: Some(r), window: window.clone(), groups: *groups, act: Act::None });
             }
         }
     }

@@ -122,32 +122,53 @@ impl IsaTask for BiasTask {
     }
 }
 
-/// `c[r, 0..w] = act(c[r, 0..w] + bias[r])` in place for `r < rows`, rows `ldc` apart (a
-/// block of a convolution's output, while it is in cache).
+/// `c[r, 0..w] = act(c[r, 0..w] + bias[r] + res[r, 0..w])` in place for `r < rows`, rows of
+/// `c` and `res` `ldc` apart (a block of a convolution's output, while it is in cache; `res`
+/// null: no residual).
 ///
 /// # Safety
-/// `c` holds `rows` rows of `w` at stride `ldc`, `bias` `rows` values; `isa` is available.
-pub(crate) unsafe fn bias_act_block(isa: Isa, c: *mut f32, ldc: usize, rows: usize, w: usize, bias: *const f32, act: Act) {
+/// `c` (and `res` unless null) hold `rows` rows of `w` at stride `ldc`, `bias` `rows`
+/// values; `isa` is available.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn bias_act_block(isa: Isa, c: *mut f32, ldc: usize, rows: usize, w: usize, bias: *const f32, res: *const f32, act: Act) {
     struct BlockTask {
         c: *mut f32,
         ldc: usize,
         rows: usize,
         w: usize,
         bias: *const f32,
+        res: *const f32,
         act: Act,
     }
     impl IsaTask for BlockTask {
         type Output = ();
         #[inline(always)]
         unsafe fn run<S: SimdDecode>(self) {
-            let BlockTask { c, ldc, rows, w, bias, act } = self;
+            let BlockTask { c, ldc, rows, w, bias, res, act } = self;
             for r in 0..rows {
                 let o = c.add(r * ldc);
+                if !res.is_null() {
+                    add_in::<S>(o, res.add(r * ldc), w);
+                }
                 affine_act::<S>(o, o, w, 0.0, 1.0, *bias.add(r), act);
             }
         }
     }
-    run_on(isa, BlockTask { c, ldc, rows, w, bias, act })
+    run_on(isa, BlockTask { c, ldc, rows, w, bias, res, act })
+}
+
+/// `o[i] += r[i]` for `i < n`.
+#[inline(always)]
+unsafe fn add_in<S: Simd>(o: *mut f32, r: *const f32, n: usize) {
+    let l = S::LANES;
+    let mut i = 0;
+    while i + l <= n {
+        S::store(o.add(i), S::add(S::load(o.add(i)), S::load(r.add(i))));
+        i += l;
+    }
+    if i < n {
+        S::store_tail(o.add(i), n - i, S::add(S::load_tail(o.add(i), n - i), S::load_tail(r.add(i), n - i)));
+    }
 }
 
 /// `out[n, m, i] = act(out[n, m, i] + bias[m])` in place, for `out` `[N, M, P]` with

@@ -22,6 +22,7 @@ inline float act_f(int act, float alpha, float floor_, float y) {
 __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
                       __global const uchar* w, long wbase, long woff,
                       __global const uchar* bias, long bbase, long boff, int has_bias, int act, float alpha, float floor_,
+                      __global const uchar* res, long rbase, long roff, int has_res,
                       __global uchar* o, long obase, long ooff,
                       long n, long c, long ih, long iw, long m, long groups, long oh, long ow,
                       long kh, long kw, long sh, long sw, long dh, long dw, long ph, long pw) {
@@ -45,6 +46,8 @@ __kernel void tg_conv(__global const uchar* x, long xbase, long xoff,
             }
         }
     }
+    // The residual (the output's shape) is added before the activation.
+    if (has_res) acc += ((__global const float*)(res + rbase))[roff + id];
     if (has_bias) acc = act_f(act, alpha, floor_, acc + ((__global const float*)(bias + bbase))[boff + oc]);
     ((__global float*)(o + obase))[ooff + id] = acc;
 }

@@ -494,7 +494,12 @@ pub(crate) fn run(kernel: &Kernel, ins: &[(&[u8], &Layout)], (out_b, out): (&mut
         Kernel::ConvBias { window, groups, act } => {
             let g = crate::window_2d(window, &ins[0].1.shape)?;
             let o = &mut cast_slice_mut::<f32>(out_b)?[..n_out];
-            tg_kernels::conv2d_bias_act_f32(&g, *groups, out.shape[1], f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?, kernel_act(*act), o).map_err(|e| e.to_string())?;
+            let (x, w, b) = (f32_in(ins, 0)?, f32_in(ins, 1)?, f32_in(ins, 2)?);
+            if ins.len() > 3 {
+                tg_kernels::conv2d_bias_residual_act_f32(&g, *groups, out.shape[1], x, w, b, f32_in(ins, 3)?, kernel_act(*act), o).map_err(|e| e.to_string())?;
+            } else {
+                tg_kernels::conv2d_bias_act_f32(&g, *groups, out.shape[1], x, w, b, kernel_act(*act), o).map_err(|e| e.to_string())?;
+            }
         }
         Kernel::GroupNorm { groups, eps_bits, act } => {
             let s = &ins[0].1.shape;
