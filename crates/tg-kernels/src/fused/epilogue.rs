@@ -229,10 +229,9 @@ impl IsaTask for GroupNormTask<'_> {
         let len = cg * s.plane;
         for blk in blocks {
             let xb = x.add(blk * len);
-            // Two passes for the statistics: the mean, then the mean squared deviation (no
-            // cancellation), each in four vector accumulators.
-            let mean = (sum_lanes::<S>(xb, len, None) / len as f64) as f32;
-            let var = sum_lanes::<S>(xb, len, Some(mean)) / len as f64;
+            // The statistics in one pass over deviations from a pilot mean (see `moments`).
+            let (mean, var) = moments::<S>(xb, len);
+            let mean = mean as f32;
             let inv = 1.0 / (var + eps as f64).sqrt();
             // γ and β of this image: one value per channel, or per image and channel.
             let g0 = (blk % s.groups) * cg + if gamma.len() == s.c { 0 } else { blk / s.groups * s.c };
@@ -245,46 +244,41 @@ impl IsaTask for GroupNormTask<'_> {
     }
 }
 
-/// `Σ x[i]` (or `Σ (x[i] − m)²` with `Some(m)`) over `n` elements, in four vector
-/// accumulators, returned in f64. (Two explicit loops: a closure would not inherit the
-/// target features, see `elementwise`.)
+/// The mean and (biased) variance of `n > 0` elements in one pass: the sums of `d = x − k`
+/// and `d²` in four vector accumulators each, returned in f64, for a pilot mean `k` of the
+/// first 64 elements, then `mean = k + Σd/n` and `var = Σd²/n − (Σd/n)²`. With `k` near the
+/// mean the subtraction loses nothing (the textbook `E[x²] − E[x]²` cancels when the mean is
+/// large against the spread); the one pass reads the group once where the two-pass form
+/// (the mean, then the squared deviations) read it twice. (Explicit loops: a closure would
+/// not inherit the target features, see `elementwise`.)
 #[inline(always)]
-unsafe fn sum_lanes<S: Simd>(x: *const f32, n: usize, centre: Option<f32>) -> f64 {
-    let l = S::LANES;
-    let mut acc = [S::splat(0.0); 4];
+unsafe fn moments<S: Simd>(x: *const f32, n: usize) -> (f64, f64) {
+    let pilot = n.min(64);
+    let k = ((0..pilot).map(|j| *x.add(j) as f64).sum::<f64>() / pilot as f64) as f32;
+    let (l, kv) = (S::LANES, S::splat(k));
+    let mut s1 = [S::splat(0.0); 4];
+    let mut s2 = [S::splat(0.0); 4];
     let mut i = 0;
-    match centre {
-        None => {
-            while i + 4 * l <= n {
-                for (k, a) in acc.iter_mut().enumerate() {
-                    *a = S::add(*a, S::load(x.add(i + k * l)));
-                }
-                i += 4 * l;
-            }
+    while i + 4 * l <= n {
+        for a in 0..4 {
+            let d = S::sub(S::load(x.add(i + a * l)), kv);
+            s1[a] = S::add(s1[a], d);
+            s2[a] = S::fma(d, d, s2[a]);
         }
-        Some(c) => {
-            let m = S::splat(c);
-            while i + 4 * l <= n {
-                for (k, a) in acc.iter_mut().enumerate() {
-                    let d = S::sub(S::load(x.add(i + k * l)), m);
-                    *a = S::fma(d, d, *a);
-                }
-                i += 4 * l;
-            }
-        }
+        i += 4 * l;
     }
-    let mut total = 0f64;
-    for a in acc {
-        total += S::reduce_add(a) as f64;
+    let (mut t1, mut t2) = (0f64, 0f64);
+    for a in 0..4 {
+        t1 += S::reduce_add(s1[a]) as f64;
+        t2 += S::reduce_add(s2[a]) as f64;
     }
     for j in i..n {
-        let v = *x.add(j);
-        total += match centre {
-            None => v as f64,
-            Some(c) => ((v - c) as f64).powi(2),
-        };
+        let d = (*x.add(j) - k) as f64;
+        t1 += d;
+        t2 += d * d;
     }
-    total
+    let m1 = t1 / n as f64;
+    (k as f64 + m1, (t2 / n as f64 - m1 * m1).max(0.0))
 }
 
 /// Group normalisation with affine map and activation: for each sample and group of
