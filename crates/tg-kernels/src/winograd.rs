@@ -286,6 +286,20 @@ unsafe fn lin<S: SimdDecode>(coef: &[f32; 6], x: &[S::V; 6], n: usize) -> S::V {
     acc
 }
 
+/// `p[0..n] = 0` by vector stores.
+#[inline(always)]
+unsafe fn zero<S: SimdDecode>(p: *mut f32, n: usize) {
+    let l = S::LANES;
+    let mut i = 0;
+    while i + l <= n {
+        S::store(p.add(i), S::zero());
+        i += l;
+    }
+    if i < n {
+        S::store_tail(p.add(i), n - i, S::zero());
+    }
+}
+
 /// Stores the first `n` of the `4·LANES` values `v` at `p`.
 #[inline(always)]
 unsafe fn store_n<S: SimdDecode>(p: *mut f32, v: &[S::V; 4], n: usize) {
@@ -341,15 +355,16 @@ impl Block<'_> {
             for r in 0..nrows {
                 let dst = s.split.as_mut_ptr().add((ci * nrows + r) * stride);
                 let Some(iy) = (TM * ty0 + r).checked_sub(pt).filter(|&y| y < ih) else {
-                    std::ptr::write_bytes(dst, 0, stride);
+                    zero::<S>(dst, stride);
                     continue;
                 };
                 // Columns ≡ q (mod TM) fill indices off .. off + count of phase (q + pl) mod TM.
+                // (Inline stores: a `memset` call per short run cost more than the zeros.)
                 for q in 0..TM {
                     let (off, count) = ((q + pl) / TM, iw.saturating_sub(q).div_ceil(TM));
                     let ph = dst.add(((q + pl) % TM) * phase);
-                    std::ptr::write_bytes(ph, 0, off);
-                    std::ptr::write_bytes(ph.add(off + count), 0, phase - off - count);
+                    zero::<S>(ph, off);
+                    zero::<S>(ph.add(off + count), phase - off - count);
                 }
                 let src = plane.add(iy * iw);
                 // Input column ix goes to phase (ix + pl) mod TM at index (ix + pl) / TM;
