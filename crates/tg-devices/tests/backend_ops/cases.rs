@@ -677,35 +677,27 @@ fn windows(v: &mut Vec<Case>) {
         ("2d x[1,16,48,47] k3 pad 1 (Winograd 4x4 on the CPU)", vec![1, 16, 48, 47], 24, 1, window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1])),
     ];
     for (i, (what, xs, m, groups, win)) in fused.into_iter().enumerate() {
-        for act in if i == 1 { acts.to_vec() } else { vec![acts[i % 5]] } {
-            let mut b = B::new(format!("conv_bias {what} m{m} {act:?}"));
+        // Each activation without a residual, then one with a residual (the output's shape)
+        // added before the activation: each CPU path (direct, implicit GEMM, Winograd) by
+        // the shapes above.
+        let plain = if i == 1 { acts.to_vec() } else { vec![acts[i % 5]] };
+        for (act, residual) in plain.into_iter().map(|a| (a, false)).chain([(acts[(i + 1) % 5], true)]) {
+            let mut b = B::new(format!("conv_bias{} {what} m{m} {act:?}", if residual { " + residual" } else { "" }));
             let x = b.f32_in(&xs, &[], -1.0, 1.0);
             let mut ws = vec![m, xs[1] / groups];
             ws.extend(&win.size);
             let w = b.f32_in(&ws, &[], -1.0, 1.0);
             let mut bs = vec![m];
             bs.extend(std::iter::repeat_n(1, xs.len() - 2));
-            let bias = b.f32_in(&bs, &[], -1.0, 1.0);
+            let mut ins = vec![x, w, b.f32_in(&bs, &[], -1.0, 1.0)];
+            if residual {
+                let out: Vec<usize> = [xs[0], m].into_iter().chain(win.output(&xs[2..]).expect("output")).collect();
+                ins.push(b.f32_in(&out, &[], -1.0, 1.0));
+            }
             let op = Op::ConvBias { window: win.clone(), groups, act };
-            let o = b.g.push(op, &[x, w, bias], None).expect("conv_bias");
+            let o = b.g.push(op, &ins, None).expect("conv_bias");
             v.push(b.finish(Kernel::ConvBias { window: win.clone(), groups, act }, o, MATMUL));
         }
-        // With a residual (the output's shape) added before the activation: each CPU path
-        // (direct, implicit GEMM, Winograd) by the shapes above.
-        let act = acts[(i + 1) % 5];
-        let mut b = B::new(format!("conv_bias + residual {what} m{m} {act:?}"));
-        let x = b.f32_in(&xs, &[], -1.0, 1.0);
-        let mut ws = vec![m, xs[1] / groups];
-        ws.extend(&win.size);
-        let w = b.f32_in(&ws, &[], -1.0, 1.0);
-        let mut bs = vec![m];
-        bs.extend(std::iter::repeat_n(1, xs.len() - 2));
-        let bias = b.f32_in(&bs, &[], -1.0, 1.0);
-        let out: Vec<usize> = [xs[0], m].into_iter().chain(win.output(&xs[2..]).expect("output")).collect();
-        let r = b.f32_in(&out, &[], -1.0, 1.0);
-        let op = Op::ConvBias { window: win.clone(), groups, act };
-        let o = b.g.push(op, &[x, w, bias, r], None).expect("conv_bias + residual");
-        v.push(b.finish(Kernel::ConvBias { window: win.clone(), groups, act }, o, MATMUL));
     }
     // Group normalisation: instance norm (groups = C), grouped, one group; each activation;
     // γ and β one per channel, or one per image and channel (a scale and shift folded in).
