@@ -472,10 +472,10 @@ pub fn winograd_tile(g: &Window2d, groups: usize, m: usize) -> Option<usize> {
 }
 
 /// The epilogue over a whole output `[N, M, p]` (after the direct kernel, or for an empty
-/// window): the residual added, then the bias and activation.
+/// window): the residual added, then the bias and activation. The caller has checked the
+/// lengths ([`ConvEpilogue::check`]).
 fn epilogue_rows(isa: Isa, out: &mut [f32], e: ConvEpilogue<'_>, p: usize) -> Result<(), KernelError> {
     if let Some(r) = e.residual {
-        check_len("conv2d: residual", out.len(), r.len())?;
         for (o, &v) in out.iter_mut().zip(r) {
             *o += v;
         }
@@ -502,8 +502,9 @@ fn conv2d_auto(g: &Window2d, groups: usize, m: usize, x: &[f32], weights: &[f32]
             e.check(m, out.len())?;
         }
         conv2d_f32_with(crate::isa(), g, groups, m, x, weights, out)?;
+        let [oh, ow] = g.out_hw()?;
         return match epilogue {
-            Some(e) => epilogue_rows(crate::isa(), out, e, g.out_hw()?[0] * g.out_hw()?[1]),
+            Some(e) => epilogue_rows(crate::isa(), out, e, oh * ow),
             None => Ok(()),
         };
     }
