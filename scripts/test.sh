@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: install the system packages it needs (PoCL, the
-# OpenCL runtime on the CPU; Chromium, headless, for the plan reports), fetch the models if they are not cached yet (the
+# OpenCL runtime on the CPU; Chromium, headless, for the plan reports), fetch NVRTC and ptxas (the CUDA kernels are
+# compiled without a GPU), fetch the models if they are not cached yet (the
 # model tests need them: Gemma 3 270M GGUF and EmbeddingGemma-300M) and the ONNX node tests, point the data tests
 # at the shared data, then every test of every crate in release mode.
 set -euo pipefail
@@ -17,6 +18,10 @@ export TG_ONNX_TESTS
 # The ONNX target models (terrain UNet, openwakeword's audio models), from their wheels.
 TG_ONNX_MODELS="$(python3 scripts/fetch_onnx_models.py)"
 export TG_ONNX_MODELS
+# NVRTC and ptxas (CUDA 12.9 wheels, extracted, never installed): exports TG_NVRTC and TG_PTXAS,
+# so the CUDA tests compile every kernel without a GPU (under CI they fail without them).
+CUDA_TOOLS="$(python3 scripts/fetch_cuda_tools.py)"
+eval "$CUDA_TOOLS"
 # The shared data sets (extraction-gym, MiniMalloc) lie next to the repository in
 # ../shared/data; the data tests fail under CI when they are missing (tests/support/data.rs).
 TG_DATA_DIR="${TG_DATA_DIR:-$(cd .. && pwd)/shared/data}"
@@ -25,6 +30,7 @@ echo "model: $TG_MODEL"
 echo "embedding model: $TG_EMBED_MODEL"
 echo "onnx node tests: $TG_ONNX_TESTS"
 echo "onnx models: $TG_ONNX_MODELS"
+echo "nvrtc: $TG_NVRTC; ptxas: $TG_PTXAS"
 echo "data: $TG_DATA_DIR"
 cargo test --workspace --release --locked "$@"
 bash scripts/test_python.sh   # the Python package: wheel in target/py-venv, pytest suite (docs/python.md)

@@ -84,6 +84,9 @@ pub(crate) fn compile_options(numerics: crate::NumericsArg, no_stage: &[String],
     let mut o = tg_compiler::CompileOptions::disabling(&names).map_err(|e| e.to_string())?;
     o.numerics = numerics.options().numerics;
     o.cost = crate::machine_cost();
+    // A second device without measured kernel times is measured on first use (roofline and
+    // links, cached) and planned from, unless TG_FIRST_USE=off.
+    o.placement.first_use = tg_compiler::FirstUse::for_this_machine();
     for p in place {
         o.placement.pins.push(p.parse().map_err(|e: tg_compiler::CompileError| e.to_string())?);
     }

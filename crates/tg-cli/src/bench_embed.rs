@@ -93,7 +93,7 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
     let mut rows = Vec::new();
     for &t in &a.threads {
         let mut m = EmbeddingGemma::load_on(&dir, crate::device(&a.device, t)?).map_err(|e| e.to_string())?;
-        m.set_compile_options(tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() });
+        m.set_compile_options(crate::machine_options());
         m.set_profiling(a.profile);
         let long = exact_token_text(&m, &words, 512)?;
         let short_refs: Vec<&str> = short.iter().map(String::as_str).collect();

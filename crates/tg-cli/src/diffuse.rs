@@ -178,7 +178,7 @@ pub fn run(a: DiffuseArgs) -> Result<(), String> {
     let path = crate::model_path::resolve_onnx_model(a.model.clone(), terrain::UNET_FILE)?;
     let devices = crate::devices_named(&a.device, a.threads)?;
     let mut model = TerrainDiffusion::open(&path, devices).map_err(|e| e.to_string())?;
-    model.set_compile_options(tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() });
+    model.set_compile_options(crate::machine_options());
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let req = Request { difficulty: a.difficulty.clone(), count, batch: a.batch.min(count), steps: a.steps, seed: a.seed, noise: noise.map(|n| n.1), init };
     let t1 = Instant::now();

@@ -62,7 +62,7 @@ fn open(a: &EmbedAudioArgs) -> Result<AudioEmbedder, String> {
     let dir = crate::model_path::resolve_onnx_dir(a.model.clone())?;
     let devices = crate::devices_named(&a.device, a.threads)?;
     let mut m = AudioEmbedder::open(&dir, devices).map_err(|e| e.to_string())?;
-    m.set_compile_options(tg_compiler::CompileOptions { cost: crate::machine_cost(), ..Default::default() });
+    m.set_compile_options(crate::machine_options());
     for w in &a.wakewords {
         m.add_wakeword(w).map_err(|e| e.to_string())?;
     }

@@ -71,7 +71,7 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, `cuda`, `cuda:N`, or
         /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
         /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
@@ -146,7 +146,7 @@ enum Cmd {
         /// Worker threads for `--profile` (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, `cuda`, `cuda:N`, or
         /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
         /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
@@ -203,7 +203,7 @@ enum Cmd {
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
-        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, or
+        /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, `cuda`, `cuda:N`, or
         /// several (`cpu,opencl`: the planner places each op on one of them from the kernel
         /// times measured on each; the first is home). `tg devices` lists them.
         #[arg(long, default_value = "cpu")]
@@ -238,14 +238,25 @@ enum Cmd {
     Extract(extract::ExtractArgs),
     /// Download the default model into the cache and print its path.
     FetchModel,
-    /// List the devices present (name, kind, memory, compute units, driver).
+    /// List the devices present (name, kind, memory, compute units, driver); with
+    /// `--compile cuda`, compile every CUDA kernel instead (no GPU needed) and report what
+    /// `ptxas` says of each.
     Devices {
-        /// Print as JSON.
+        /// Print as JSON (with `--compile`: an array of one object per kernel and arch).
         #[arg(long)]
         json: bool,
         /// Also list each device's kernels (its registry).
         #[arg(long)]
         kernels: bool,
+        /// Compile the kernels of a device kind ahead of time: `cuda` (NVRTC to PTX, then
+        /// `ptxas -v`; NVRTC and ptxas from `TG_NVRTC` / `TG_PTXAS` or
+        /// `scripts/fetch_cuda_tools.py`): registers, spills, shared memory and stack per
+        /// kernel and arch. Fails if any kernel does not compile.
+        #[arg(long, value_name = "KIND")]
+        compile: Option<String>,
+        /// Architectures for `--compile`, comma separated.
+        #[arg(long, value_name = "LIST", default_value = "sm_80,sm_90")]
+        arch: String,
     },
 }
 
@@ -297,6 +308,15 @@ pub(crate) fn machine_cost() -> tg_compiler::CostSource {
     .clone()
 }
 
+/// Compiler options for this machine: its kernel times ([`machine_cost`]) and, for a device
+/// without measured kernels in a compile for several devices, its roofline and links measured
+/// on first use (cached; `TG_FIRST_USE=off` keeps such a device to pinned ops).
+pub(crate) fn machine_options() -> tg_compiler::CompileOptions {
+    let mut o = tg_compiler::CompileOptions { cost: machine_cost(), ..Default::default() };
+    o.placement.first_use = tg_compiler::FirstUse::for_this_machine();
+    o
+}
+
 /// Opens the device named on the command line (`cpu`, `opencl`, `opencl:N`); CPU devices run
 /// `threads` workers. Errors name the device and list those present.
 pub(crate) fn device(name: &str, threads: usize) -> Res<std::sync::Arc<dyn tg_runtime::Device>> {
@@ -324,34 +344,88 @@ fn load(model: Option<PathBuf>, threads: usize, device_name: &str) -> Res<Gemma3
 
 /// `tg devices`: every kind of this build with its devices, or why it has none.
 fn devices(json: bool, kernels: bool) -> Res<()> {
+    use std::fmt::Write as _;
     let list = tg_devices::list();
+    let mut out = String::new();
     if json {
-        println!("{}", serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?);
-        return Ok(());
-    }
-    for k in &list {
-        if let Some(e) = &k.error {
-            println!("{:<10} none: {e}", k.kind);
-        }
-        for d in &k.devices {
-            let gib = |b: Option<u64>| b.map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or_else(|| "?".into());
-            println!(
-                "{:<10} {:?}  {}  memory {} (largest allocation {}), {} compute units, {}",
-                d.name,
-                d.kind,
-                d.description,
-                gib(d.memory_bytes),
-                gib(d.max_alloc_bytes),
-                d.compute_units,
-                d.driver
-            );
-            if kernels {
-                let Some(reg) = tg_devices::registry_of(d.kind) else { continue };
-                for e in reg.entries() {
-                    println!("    {:<20} {}", e.family, e.note);
+        out = serde_json::to_string_pretty(&list).map_err(|e| e.to_string())? + "\n";
+    } else {
+        for k in &list {
+            if let Some(e) = &k.error {
+                let _ = writeln!(out, "{:<10} none: {e}", k.kind);
+            }
+            for d in &k.devices {
+                let gib = |b: Option<u64>| b.map(|b| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)).unwrap_or_else(|| "?".into());
+                let _ = writeln!(
+                    out,
+                    "{:<10} {:?}  {}  memory {} (largest allocation {}), {} compute units, {}",
+                    d.name,
+                    d.kind,
+                    d.description,
+                    gib(d.memory_bytes),
+                    gib(d.max_alloc_bytes),
+                    d.compute_units,
+                    d.driver
+                );
+                if kernels {
+                    let Some(reg) = tg_devices::registry_of(d.kind) else { continue };
+                    for e in reg.entries() {
+                        let _ = writeln!(out, "    {:<20} {}", e.family, e.note);
+                    }
                 }
             }
         }
+    }
+    // A reader that stops early (`| head`) is not an error.
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    Ok(())
+}
+
+/// `tg devices --compile KIND`: every kernel of the kind compiled for each architecture, one
+/// row per kernel and arch, then a summary; an error if any failed or the tools are missing.
+fn compile_kernels(kind: &str, archs: &str, json: bool) -> Res<()> {
+    if kind != "cuda" {
+        return Err(format!("--compile {kind}: only `cuda` kernels are compiled ahead of time (an OpenCL device's driver builds its program when it is opened)"));
+    }
+    let archs: Vec<String> = archs.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    if archs.is_empty() {
+        return Err("--arch: no architecture given (e.g. sm_80,sm_90)".into());
+    }
+    let rows = tg_cuda::compile_report(&archs).map_err(|e| format!("cannot compile the CUDA kernels: {e}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+    } else {
+        println!("{:<20} {:<8} {:>9} {:>12} {:>11} {:>12} {:>11}  status", "kernel", "arch", "registers", "spill stores", "spill loads", "shared bytes", "stack bytes");
+        for r in &rows {
+            let status = if r.ok { "ok".to_string() } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("?")) };
+            println!("{:<20} {:<8} {:>9} {:>12} {:>11} {:>12} {:>11}  {status}", r.kernel, r.arch, r.registers, r.spill_stores, r.spill_loads, r.shared_bytes, r.stack_bytes);
+        }
+    }
+    let ok: Vec<&tg_cuda::CompileRow> = rows.iter().filter(|r| r.ok).collect();
+    let failed = rows.len() - ok.len();
+    let kernels = rows.len() / archs.len().max(1);
+    let most =
+        |f: fn(&tg_cuda::CompileRow) -> u64, unit: &str| ok.iter().max_by_key(|r| f(r)).map(|r| format!("{}{unit} ({}, {})", f(r), r.kernel, r.arch)).unwrap_or_else(|| "-".into());
+    let spills: Vec<String> = ok.iter().filter(|r| r.spill_stores + r.spill_loads > 0).map(|r| format!("{} {}", r.kernel, r.arch)).collect();
+    let summary = format!(
+        "{} of {} compiled ({kernels} kernels x {} archs: {}); most registers: {}; most shared memory: {}; largest stack: {}; spills: {}",
+        ok.len(),
+        rows.len(),
+        archs.len(),
+        archs.join(", "),
+        most(|r| r.registers as u64, ""),
+        most(|r| r.shared_bytes, " bytes"),
+        most(|r| r.stack_bytes, " bytes"),
+        if spills.is_empty() { "none".to_string() } else { spills.join(", ") }
+    );
+    // With --json, stdout stays one JSON document: the summary goes to stderr.
+    if json {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {} kernel compilations failed", rows.len()));
     }
     Ok(())
 }
@@ -518,7 +592,10 @@ fn run(cli: Cli) -> Res<()> {
         Cmd::Pack(args) => pack::run(args),
         Cmd::Profile(args) => profile::run(args),
         Cmd::Extract(args) => extract::run(args),
-        Cmd::Devices { json, kernels } => devices(json, kernels),
+        Cmd::Devices { json, kernels, compile, arch } => match compile {
+            Some(kind) => compile_kernels(&kind, &arch, json),
+            None => devices(json, kernels),
+        },
         Cmd::FetchModel => {
             println!("{}", model_path::fetch()?.display());
             Ok(())
@@ -543,7 +620,7 @@ fn embed(
     let t0 = std::time::Instant::now();
     let dir = model_path::resolve_embedding(model)?;
     let mut m = tg_models::EmbeddingGemma::load_on(&dir, device(device_name, threads)?).map_err(|e| e.to_string())?;
-    m.set_compile_options(tg_compiler::CompileOptions { cost: machine_cost(), ..Default::default() });
+    m.set_compile_options(machine_options());
     m.set_profiling(report.is_some());
     let finish = |m: &tg_models::EmbeddingGemma| match &report {
         Some(path) => report::embedding(m, path),

@@ -61,6 +61,12 @@ pub(crate) struct ProfileArgs {
     /// `TG_PROFILE=FILE` then plans as if that device existed.
     #[arg(long = "what-if", value_name = "FACTOR")]
     what_if: Option<f64>,
+    /// Keep a GPU device's launch configuration as it is. By default `--device` with one
+    /// (OpenCL, CUDA: work-group and tile shapes of the kernels) first measures the
+    /// candidates of each field, keeps the fastest and stores it for that device, so that
+    /// every later use of the device runs them and the kernel times measured next are theirs.
+    #[arg(long)]
+    no_tune: bool,
 }
 
 /// Devices by (name, threads), opened once.
@@ -87,19 +93,35 @@ impl tg_profile::DeviceSource for Opened {
     }
 }
 
-/// Measures the host↔device links of `dev` (host→device writes and device→host reads of
-/// 4 KiB to 16 MiB) into the profile as `cpu → dev` and `dev → cpu`.
-fn measure_links(profile: &mut Profile, dev: &Arc<dyn tg_runtime::Device>, quick: bool) -> Result<(), String> {
+/// Measures the launch configuration candidates of `dev` (`tg_devices::launch::tune`), keeps
+/// the fastest on the device and stores it for later opens of the same device.
+fn tune(dev: &Arc<dyn tg_runtime::Device>, quick: bool) -> Result<(), String> {
+    let opts = if quick {
+        BenchOptions::quick()
+    } else {
+        BenchOptions { warmup: 2, min_reps: 5, min_time: std::time::Duration::from_millis(30), max_time: std::time::Duration::from_millis(300), passes: 1, ..BenchOptions::default() }
+    };
+    eprintln!("{}: tuning launch shapes ...", dev.name());
+    let r = tg_devices::launch::tune(&**dev, 1, &opts)?;
+    for f in &r.fields {
+        let cands: Vec<String> = f.candidates.iter().map(|(v, ns)| if ns.is_finite() { format!("{v}: {:.1} us", ns / 1e3) } else { v.clone() }).collect();
+        eprintln!("  {:<24} {} -> {}", f.field, cands.join(", "), f.chosen);
+    }
+    let path = tg_devices::launch::save(&dev.fingerprint(), &r.config)?;
+    eprintln!("{}: launch shapes tuned in {:.1} s, stored in {}", dev.name(), r.seconds, path.display());
+    Ok(())
+}
+
+/// Measures the host↔device links of `dev` (transfers as the executor makes them, of 4 KiB
+/// to 16 MiB) into the profile as `cpu → dev` and `dev → cpu`.
+fn measure_links(profile: &mut Profile, dev: &Arc<dyn tg_runtime::Device>, opened: &mut Opened, quick: bool) -> Result<(), String> {
     let sizes = [4096usize, 65536, 1 << 20, 16 << 20];
-    let max = *sizes.iter().max().unwrap_or(&0);
-    let buf = dev.alloc(max).map_err(|e| e.to_string())?;
-    let mut host = vec![0x5Au8; max];
     let opts = if quick { BenchOptions::quick() } else { BenchOptions::default() };
-    let up = tg_profile::measure_link(&mut |n| dev.write(&buf, 0, &host[..n]).map_err(|e| e.to_string()), &sizes, &opts).map_err(|e| e.to_string())?;
+    let cpu = opened.get("cpu", 1)?;
+    let (up, down) = tg_profile::measure_device_links(&*cpu, &**dev, &sizes, &opts).map_err(|e| e.to_string())?;
     eprintln!("link cpu -> {}: latency {:.1} us, {:.2} GB/s", dev.name(), up.latency_ns / 1e3, up.bytes_per_ns);
-    profile.set_link(tg_profile::LinkKey { src: "cpu".into(), dst: dev.name().into() }, up);
-    let down = tg_profile::measure_link(&mut |n| dev.read(&buf, 0, &mut host[..n]).map_err(|e| e.to_string()), &sizes, &opts).map_err(|e| e.to_string())?;
     eprintln!("link {} -> cpu: latency {:.1} us, {:.2} GB/s", dev.name(), down.latency_ns / 1e3, down.bytes_per_ns);
+    profile.set_link(tg_profile::LinkKey { src: "cpu".into(), dst: dev.name().into() }, up);
     profile.set_link(tg_profile::LinkKey { src: dev.name().into(), dst: "cpu".into() }, down);
     Ok(())
 }
@@ -173,6 +195,9 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
     // kernel build drops the old ones.
     let mut profile = profile;
     let dev = opened.get(&a.device, 1)?;
+    if dev.launch_config().is_some() && !a.no_tune && !a.list {
+        tune(&dev, a.quick)?;
+    }
     if dev.kind() != tg_runtime::DeviceKind::Cpu {
         let dropped = profile.bind_device(dev.name(), &dev.fingerprint());
         if dropped > 0 {
@@ -328,7 +353,7 @@ fn measure(
     let dev = opened.get(&a.device, 1)?;
     if dev.kind() != tg_runtime::DeviceKind::Cpu {
         let mut p = prof.profile().clone();
-        measure_links(&mut p, &dev, a.quick)?;
+        measure_links(&mut p, &dev, opened, a.quick)?;
         p.save(path).map_err(|e| e.to_string())?;
         prof = Profiler::new(p, Some(path.to_path_buf()));
     }

@@ -127,7 +127,7 @@ fn file_name(name: &str) -> String {
 /// The devices and compiler options of `--device` / `--threads`.
 fn options(device: &str, threads: usize) -> Result<OpenOptions, String> {
     let mut o = OpenOptions::on(crate::devices_named(device, threads)?);
-    o.compile.cost = crate::machine_cost();
+    o.compile = crate::machine_options();
     Ok(o)
 }
 

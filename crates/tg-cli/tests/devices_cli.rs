@@ -18,7 +18,7 @@ fn devices_lists_the_cpu_as_json() {
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     let kinds: Vec<&str> = v.as_array().unwrap().iter().map(|k| k["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["cpu", "opencl"]);
+    assert_eq!(kinds, ["cpu", "opencl", "cuda"]);
     assert_eq!(v[0]["devices"][0]["name"], "cpu");
     assert!(v[0]["devices"][0]["compute_units"].as_u64().unwrap() >= 1);
 }
@@ -65,4 +65,89 @@ fn a_device_list_with_an_absent_device_lists_the_present_ones() {
     let (rc, _, err) = tg(&["plan", "--place", "attention"], &[]);
     assert_eq!(rc, 1);
     assert!(err.contains("OP_PATTERN=DEVICE"), "{err}");
+}
+
+/// Skips (or, under CI, fails) a `--compile cuda` run whose tools are missing.
+fn cuda_tools_missing(rc: i32, err: &str) -> bool {
+    if rc != 0 && (err.contains("TG_NVRTC") || err.contains("TG_PTXAS")) {
+        assert!(std::env::var_os("CI").is_none(), "CI is set and the CUDA tools are missing (scripts/fetch_cuda_tools.py): {err}");
+        println!("SKIPPED: {err}");
+        return true;
+    }
+    false
+}
+
+#[test]
+fn compile_cuda_reports_every_kernel_and_arch() {
+    let (rc, out, err) = tg(&["devices", "--compile", "cuda", "--arch", "sm_80,sm_90", "--json"], &[]);
+    if cuda_tools_missing(rc, &err) {
+        return;
+    }
+    assert_eq!(rc, 0, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let rows = v.as_array().expect("an array of rows");
+    let per_arch = |a: &str| rows.iter().filter(|r| r["arch"] == a).count();
+    assert!(per_arch("sm_80") >= 30 && per_arch("sm_80") == per_arch("sm_90"), "{out}");
+    assert_eq!(rows.len(), 2 * per_arch("sm_90"));
+    for r in rows {
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r["kernel"].as_str().is_some_and(|k| k.starts_with("tg_")), "{r}");
+        assert!(r["registers"].as_u64().is_some_and(|n| n > 0), "{r}");
+        for k in ["spill_stores", "spill_loads", "shared_bytes", "stack_bytes"] {
+            assert!(r[k].is_u64(), "{k}: {r}");
+        }
+    }
+    assert!(err.contains(&format!("{} of {} compiled", rows.len(), rows.len())), "summary on stderr with --json: {err}");
+    // The table: one row per kernel, then the summary line.
+    let (rc, out, err) = tg(&["devices", "--compile", "cuda", "--arch", "sm_90"], &[]);
+    assert_eq!(rc, 0, "{err}");
+    let n = per_arch("sm_90");
+    assert!(out.contains("tg_mmv") && out.contains("registers") && out.contains(&format!("{n} of {n} compiled")), "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains(" sm_90 ") && l.ends_with(" ok")).count(), n, "{out}");
+}
+
+#[test]
+fn compile_of_another_kind_or_a_bad_arch_is_an_error() {
+    let (rc, _, err) = tg(&["devices", "--compile", "opencl"], &[]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("--compile opencl") && err.contains("only `cuda`"), "{err}");
+    let (rc, _, err) = tg(&["devices", "--compile", "cuda", "--arch", "sm_90,gfx1100"], &[]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("gfx1100") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn compile_cuda_without_nvrtc_names_tg_nvrtc() {
+    let (rc, _, err) = tg(&["devices", "--compile", "cuda"], &[("TG_NVRTC", "/nonexistent/libnvrtc.so.12")]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("TG_NVRTC=/nonexistent/libnvrtc.so.12") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn generate_on_cuda_without_a_driver_names_libcuda() {
+    // What `tg devices` says of CUDA here decides what to expect.
+    let (rc, out, err) = tg(&["devices", "--json"], &[]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let cuda = v.as_array().unwrap().iter().find(|k| k["kind"] == "cuda").expect("a cuda kind").clone();
+    if cuda["devices"].as_array().is_some_and(|d| !d.is_empty()) {
+        println!("SKIPPED: a CUDA device is present");
+        return;
+    }
+    let why = cuda["error"].as_str().unwrap_or_default().to_string();
+    let mut args = vec!["generate", "--prompt", "hi", "-n", "1", "--device", "cuda"];
+    let model = std::env::var("TG_MODEL").unwrap_or_default();
+    if !model.is_empty() {
+        args.extend(["--model", model.as_str()]);
+    }
+    let (rc, _, err) = tg(&args, &[]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    if why.contains("libcuda") {
+        assert!(err.contains("cuda:0") && err.contains("libcuda") && err.contains("LD_LIBRARY_PATH"), "{err}");
+    } else {
+        // A driver without a usable device: the same reason as the listing.
+        assert!(err.contains("cuda:0") && err.contains(why.split(':').next().unwrap_or_default()), "{err} (listing: {why})");
+    }
 }

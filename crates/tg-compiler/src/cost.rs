@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tg_egraph::CostModel;
 use tg_ir::{DType, Op};
-use tg_profile::{Fingerprint, Profile, ProfileError, ProfileKey};
+use tg_profile::{Fingerprint, Profile, ProfileError, ProfileKey, Roofline};
 use tg_runtime::{Kernel, Layout, Operand};
 
 /// Where the planner's kernel times come from.
@@ -102,6 +102,43 @@ impl MeasuredCost {
     /// Costs from `profile` for kernels on `device` with `threads` workers.
     pub fn new(profile: Arc<Profile>, device: &str, threads: usize, quantize_activations: bool) -> MeasuredCost {
         MeasuredCost { profile, device: device.to_string(), threads, quantize_activations }
+    }
+}
+
+/// Kernel times of a device known only by its roofline (measured on its first use, before
+/// `tg profile --device` has measured its kernels, [`crate::FirstUse`]): each e-node costs
+/// `launch + bytes / bandwidth + flops / peak` of the kernel lowering gives it
+/// ([`tg_runtime::work`]), the built-in estimate's formula with the device's measured figures
+/// instead of the built-in constants. It is [`MeasuredCost`] over a profile holding only that
+/// roofline (every key then takes the profile's roofline fallback, `Source::Roofline`), so
+/// kernels, views and permutes are named and priced as for a measured device, and the
+/// formula is the profile's, not a copy.
+pub struct RooflineCost {
+    inner: MeasuredCost,
+    roofline: Roofline,
+}
+
+impl RooflineCost {
+    /// Costs of kernels on `roofline.device` with `roofline.threads` workers.
+    pub fn new(roofline: Roofline, quantize_activations: bool) -> RooflineCost {
+        let mut p = Profile::new(Fingerprint::current());
+        p.set_roofline(roofline.clone());
+        let inner = MeasuredCost::new(Arc::new(p), &roofline.device, roofline.threads, quantize_activations);
+        RooflineCost { inner, roofline }
+    }
+
+    /// The roofline it prices with.
+    pub fn roofline(&self) -> &Roofline {
+        &self.roofline
+    }
+}
+
+impl CostModel for RooflineCost {
+    fn name(&self) -> String {
+        format!("roofline of {} measured on first use", self.roofline.device)
+    }
+    fn node_cost(&self, op: &Op, out: (&[usize], DType), ins: &[Operand]) -> f64 {
+        self.inner.node_cost(op, out, ins)
     }
 }
 

@@ -39,7 +39,7 @@ use thiserror::Error;
 
 pub use tg_egraph::{CostModel, KernelCost, RewriteOptions, RewriteReport};
 
-pub use cost::{CostSource, MeasuredCost};
+pub use cost::{CostSource, MeasuredCost, RooflineCost};
 pub use store::{compile_cached, CacheOutcome, PlanStore};
 pub use validate::validate;
 
@@ -106,11 +106,57 @@ pub struct PlaceOptions {
     /// plans of one session share their states, so the first plan's choice binds the rest.
     /// A state not listed is placed by the planner with its update.
     pub states: std::collections::BTreeMap<String, String>,
+    /// What a device other than home without measured kernel times is offered for: only
+    /// pinned ops ([`FirstUse::Off`], the default), or everything, priced by its roofline
+    /// measured on first use ([`FirstUse::Measure`]).
+    pub first_use: FirstUse,
 }
 
 impl Default for PlaceOptions {
     fn default() -> Self {
-        PlaceOptions { pins: Vec::new(), budget: std::time::Duration::from_millis(1000), states: Default::default() }
+        PlaceOptions { pins: Vec::new(), budget: std::time::Duration::from_millis(1000), states: Default::default(), first_use: FirstUse::Off }
+    }
+}
+
+/// A device other than home that the cost source has no kernel times for (no profile, or
+/// none measured on it under its current fingerprint), in a compile for several devices.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum FirstUse {
+    /// Offer it only for ops pinned to it: the planner has no basis to move work there.
+    /// The default, so that a plan never depends on measurements taken while compiling.
+    #[default]
+    Off,
+    /// Measure its roofline (launch overhead, bandwidth, f32 throughput) and its links with
+    /// home once ([`tg_profile::first_use`]: about 1–2 s, once per process, cached per
+    /// device fingerprint in `dir`, default [`tg_profile::default_dir`]`/first-use`), say so
+    /// on stderr, and offer it for every op, priced by [`cost::RooflineCost`] and the
+    /// measured links, until `tg profile --device` has measured its kernels.
+    Measure {
+        /// Directory of the cache files (`None`: the default, which follows `TG_CACHE_DIR`).
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+impl FirstUse {
+    /// What the front ends plan with (alongside [`CostSource::for_this_machine`]):
+    /// [`FirstUse::Measure`] in the default directory, unless `TG_FIRST_USE=off` (or
+    /// `TG_PROFILE=off`, which plans with the built-in estimate throughout).
+    pub fn for_this_machine() -> FirstUse {
+        let off = |v: &str| std::env::var(v).is_ok_and(|x| x.eq_ignore_ascii_case("off"));
+        if off("TG_FIRST_USE") || off("TG_PROFILE") {
+            FirstUse::Off
+        } else {
+            FirstUse::Measure { dir: None }
+        }
+    }
+
+    /// Where the first-use measurement is cached and how it is taken; `None` when off.
+    pub fn options(&self) -> Option<tg_profile::FirstUseOptions> {
+        match self {
+            FirstUse::Off => None,
+            FirstUse::Measure { dir: None } => Some(tg_profile::FirstUseOptions::default()),
+            FirstUse::Measure { dir: Some(d) } => Some(tg_profile::FirstUseOptions::in_dir(d.clone())),
+        }
     }
 }
 
@@ -398,6 +444,9 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
 
     let rewritten;
     let mut place = None;
+    // The profile the finished plan's timeline is simulated with, when the placement priced
+    // devices by first-use measurements (see `place::rewrite_placed`).
+    let mut timeline_profile: Option<tg_profile::Profile> = None;
     let graph = if opts.on("rewrite") {
         let t = Timer::start();
         let q8 = opts.numerics == Numerics::Q8Activations;
@@ -419,7 +468,9 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
         let mut ropts = opts.rewrite.clone();
         ropts.targets = tg_egraph::Targets(devices.to_vec());
         let (g, r, classes, kept, placement) = if devices.len() > 1 {
-            place::rewrite_placed(graph, devices, opts, base, &ropts, record)?
+            let (g, r, classes, kept, placement, first_use) = place::rewrite_placed(graph, devices, opts, base, &ropts, record)?;
+            timeline_profile = first_use;
+            (g, r, classes, kept, placement)
         } else {
             let recording = record.is_some().then(|| cost::Recording { inner: base, device: dev, threads, quantize_activations: q8, keys: Default::default() });
             let (g, r, classes, kept) = rewrite::run(graph, &ropts, recording.as_ref().map_or(base, |r| r as &dyn tg_egraph::CostModel), opts.cache_budget)?;
@@ -537,7 +588,7 @@ fn compile_inner(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptio
     };
     if profile.is_some() || devices.len() > 1 {
         let threads: Vec<usize> = devices.iter().map(|d| d.threads()).collect();
-        let costs = timeline::step_costs(&plan, profile, &threads);
+        let costs = timeline::step_costs(&plan, timeline_profile.as_ref().or(profile), &threads);
         report.timeline = Some(timeline::simulate(&plan, &costs));
         if profile.is_some() {
             let mut pred = PlanPrediction { total_ns: 0.0, fallback_ns: 0.0, fallback_steps: 0, steps: costs };

@@ -145,6 +145,32 @@ fn cost_key(c: &CostSource) -> String {
     }
 }
 
+/// The first-use measurements the placement would price devices with (measured or read
+/// from their cache now if this process has not yet: compiling would do it anyway).
+fn first_use_key(devices: &[Arc<dyn Device>], opts: &CompileOptions) -> Vec<String> {
+    if opts.placement.first_use == crate::FirstUse::Off {
+        return Vec::new();
+    }
+    crate::place::first_use_records(devices, opts)
+        .into_iter()
+        .flatten()
+        .map(|r| match r {
+            Ok(f) => format!(
+                "{}/{}/{}/{}/{}/{}/{}/{}",
+                f.device,
+                f.roofline.launch_ns,
+                f.roofline.bytes_per_ns,
+                f.roofline.flops_per_ns,
+                f.to_device.latency_ns,
+                f.to_device.bytes_per_ns,
+                f.from_device.latency_ns,
+                f.from_device.bytes_per_ns
+            ),
+            Err(e) => format!("failed: {e}"),
+        })
+        .collect()
+}
+
 /// Everything that changes the plan, as one string.
 fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOptions) -> String {
     let r = &opts.rewrite;
@@ -161,6 +187,7 @@ fn key_material(graph: &Graph, devices: &[Arc<dyn Device>], opts: &CompileOption
         "devices": devices.iter().map(|d| format!("{}/{}/{}", d.name(), d.threads(), d.fingerprint())).collect::<Vec<_>>(),
         "placement": [format!("{:?}", opts.placement.pins), opts.placement.budget.as_millis().to_string(), format!("{:?}", opts.placement.states)],
         "cache_budget": opts.cache_budget,
+        "first_use": first_use_key(devices, opts),
     });
     let g = serde_json::to_string(graph).unwrap_or_default();
     format!("{meta}\n{g}")

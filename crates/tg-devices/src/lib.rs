@@ -2,8 +2,11 @@
 //! by name. Adding a device kind adds one entry to [`BACKENDS`].
 //!
 //! Names: `cpu`; `opencl` (the first OpenCL device) or `opencl:N` (the N-th over all
-//! platforms, as `tg devices` lists them).
+//! platforms, as `tg devices` lists them); `cuda` (the first CUDA GPU) or `cuda:N` (the
+//! driver's N-th device).
 #![warn(missing_docs)]
+
+pub mod launch;
 
 use std::sync::Arc;
 use tg_runtime::{CpuDevice, Device, DeviceInfo, DeviceKind, KernelRegistry};
@@ -11,7 +14,7 @@ use thiserror::Error;
 
 /// One device kind: how to list its devices and open one of them.
 pub struct Backend {
-    /// Kind name, the prefix of device names (`cpu`, `opencl`).
+    /// Kind name, the prefix of device names (`cpu`, `opencl`, `cuda`).
     pub kind: &'static str,
     /// The devices present, or why none can be listed.
     pub list: fn() -> Result<Vec<DeviceInfo>, String>,
@@ -27,6 +30,7 @@ pub struct Backend {
 pub const BACKENDS: &[Backend] = &[
     Backend { kind: "cpu", list: list_cpu, open: open_cpu, registry: tg_runtime::cpu_registry, device_kind: DeviceKind::Cpu },
     Backend { kind: "opencl", list: list_opencl, open: open_opencl, registry: tg_opencl::registry, device_kind: DeviceKind::OpenCl },
+    Backend { kind: "cuda", list: tg_cuda::list, open: open_cuda, registry: tg_cuda::registry, device_kind: DeviceKind::Cuda },
 ];
 
 fn list_cpu() -> Result<Vec<DeviceInfo>, String> {
@@ -46,6 +50,10 @@ fn list_opencl() -> Result<Vec<DeviceInfo>, String> {
 
 fn open_opencl(index: usize, _threads: usize) -> Result<Arc<dyn Device>, String> {
     Ok(Arc::new(tg_opencl::OpenClDevice::open(index)?))
+}
+
+fn open_cuda(index: usize, _threads: usize) -> Result<Arc<dyn Device>, String> {
+    Ok(Arc::new(tg_cuda::CudaDevice::open(index)?))
 }
 
 /// Errors finding or opening a device.
@@ -103,15 +111,31 @@ pub fn parse(name: &str) -> Option<(&'static Backend, usize)> {
     BACKENDS.iter().find(|b| b.kind == kind).map(|b| (b, index))
 }
 
-/// Opens the device `name` (`cpu`, `opencl`, `opencl:N`); CPU devices run `threads` workers
-/// (0 = all cores). An unknown name lists the devices present; an absent device says what
-/// was looked for.
+/// Opens the device `name` (`cpu`, `opencl`, `opencl:N`, `cuda`, `cuda:N`); CPU devices run
+/// `threads` workers (0 = all cores). An unknown name lists the devices present; an absent
+/// device says what was looked for. A GPU device gets the launch configuration `tg profile`
+/// stored for it ([`launch::apply_saved`]).
 pub fn open(name: &str, threads: usize) -> Result<Arc<dyn Device>, DevicesError> {
     let name = name.trim();
     let Some((b, index)) = parse(name) else {
         return Err(DevicesError::Unknown { name: name.into(), kinds: BACKENDS.iter().map(|b| b.kind).collect::<Vec<_>>().join(", "), present: present() });
     };
-    (b.open)(index, threads).map_err(DevicesError::Open)
+    let dev = (b.open)(index, threads).map_err(|e| {
+        // A device its backend does not list (no driver, no such index): say what is present
+        // (unless the backend did).
+        let listed = (b.list)().is_ok_and(|devs| devs.iter().any(|d| d.name == format!("{}:{index}", b.kind) || d.name == b.kind));
+        if listed || e.contains("present:") {
+            DevicesError::Open(e)
+        } else {
+            DevicesError::Open(format!("{e} (devices present: {})", present()))
+        }
+    })?;
+    // A launch configuration `tg profile` measured for this device: a bad file is reported
+    // and the device keeps its defaults.
+    if let Err(e) = launch::apply_saved(&*dev) {
+        eprintln!("warning: {}: stored launch configuration not used: {e}", dev.name());
+    }
+    Ok(dev)
 }
 
 /// Opens every device of a comma-separated list (`cpu,opencl`), in order.

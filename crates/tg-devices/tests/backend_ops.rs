@@ -34,8 +34,52 @@ use std::io::Write as _;
 use std::time::Instant;
 use tg_runtime::{Layout, FAMILIES};
 
-/// Device kinds whose absence is not a failure under `CI` (none today: CI installs PoCL).
-const OPTIONAL_KINDS: &[&str] = &[];
+/// Device kinds whose absence is not a failure under `CI` (CI installs PoCL, but has no GPU:
+/// without one, the CUDA kernels are compiled and their launches checked instead, see
+/// [`cuda_without_a_device`]).
+const OPTIONAL_KINDS: &[&str] = &["cuda"];
+
+/// What can be checked of the CUDA device without a GPU: every kernel compiled for sm_90
+/// (NVRTC, then `ptxas`), and every launch of every case planned and marshalled as the device
+/// would, against the kernels' PTX parameter lists. One line for the table; problems (a
+/// failed kernel, a mismatched launch) go to `problems`. Missing tools are no problem here
+/// (tg-cuda's own tests fail under CI without them).
+fn cuda_without_a_device(cases: &[Case], problems: &mut Vec<String>) -> String {
+    let arch = "sm_90";
+    let compiled = match tg_cuda::compile_report(&[arch.to_string()]) {
+        Ok(rows) => {
+            let ok = rows.iter().filter(|r| r.ok).count();
+            for r in rows.iter().filter(|r| !r.ok) {
+                problems.push(format!("cuda: kernel {} does not compile for {arch}: {}", r.kernel, r.error.as_deref().unwrap_or("?")));
+            }
+            format!("{ok} of {} kernels compiled for {arch} with NVRTC", rows.len())
+        }
+        Err(e) => return format!("kernels not compiled: {e}"),
+    };
+    let sigs = match tg_cuda::Signatures::for_arch(arch) {
+        Ok(s) => s,
+        Err(e) => {
+            problems.push(format!("cuda: reading the kernels' parameters: {e}"));
+            return compiled;
+        }
+    };
+    let (mut checked, mut launches, mut bad) = (0usize, 0usize, 0usize);
+    for c in cases {
+        let layouts: Vec<Layout> = c.inputs.iter().map(|o| o.layout.clone()).collect();
+        match sigs.check(&c.kernel, &layouts, &c.out) {
+            Ok(0) => {}
+            Ok(n) => {
+                checked += 1;
+                launches += n;
+            }
+            Err(e) => {
+                bad += 1;
+                problems.push(format!("cuda: {} / {}: {e}", c.kernel.family(), c.name));
+            }
+        }
+    }
+    format!("{compiled}; {launches} launches of {checked} cases match the kernels' parameters{}", if bad > 0 { format!(", {bad} do not") } else { String::new() })
+}
 
 fn pretty_kind(kind: &str) -> &str {
     match kind {
@@ -107,7 +151,10 @@ fn backend_ops() {
         let devices = l.map(|k| k.devices.clone()).unwrap_or_default();
         if devices.is_empty() {
             let reason = l.and_then(|k| k.error.clone()).unwrap_or_else(|| "the backend lists no devices".into());
-            let line = format!("SKIPPED: no {} device ({reason})", pretty_kind(backend.kind));
+            let mut line = format!("SKIPPED: no {} device ({reason})", pretty_kind(backend.kind));
+            if backend.kind == "cuda" {
+                line = format!("{line}; {}", cuda_without_a_device(&cases, &mut problems));
+            }
             let _ = writeln!(table, "{line}");
             if ci && !OPTIONAL_KINDS.contains(&backend.kind) {
                 problems.push(format!("CI is set and backend '{}' has no device: {reason}", backend.kind));
@@ -123,68 +170,92 @@ fn backend_ops() {
                     continue;
                 }
             };
-            let name = dev.name().to_string();
-            let td = Instant::now();
-            let mut per: BTreeMap<&'static str, Counts> = BTreeMap::new();
-            let mut notes = Vec::new();
-            for c in &cases {
-                let fam = c.kernel.family();
-                let cnt = per.entry(fam).or_default();
-                cnt.cases += 1;
-                let status = run_case(&*dev, c);
-                let (tag, detail) = match &status {
-                    Status::Ok(s) => {
-                        cnt.passed += 1;
-                        ("ok", s.clone())
+            // A GPU device runs every case under its own launch shapes and then under each other
+            // configuration the shared kernels are tested with (tg_gpu::Tuning::test_variants):
+            // on PoCL that checks the GPU shapes too (a 32-lane run per weight row, split attention).
+            let start = dev.launch_config();
+            let mut configs: Vec<(String, Option<String>)> = vec![(String::new(), None)];
+            if let Some(cur) = &start {
+                for (what, t) in tg_gpu::Tuning::test_variants() {
+                    let json = serde_json::to_string(&t).expect("tuning json");
+                    if &json != cur {
+                        configs.push((format!(" ({what})"), Some(json)));
                     }
-                    Status::Unsupported(r) => {
-                        cnt.unsupported += 1;
-                        let layouts: Vec<Layout> = c.inputs.iter().map(|o| o.layout.clone()).collect();
-                        if dev.kind() != tg_runtime::DeviceKind::Cpu && tg_runtime::cpu_registry().check(&c.kernel, &layouts, &c.out).is_ok() {
-                            cnt.cpu_runs += 1;
-                            notes.push(format!("  not supported on {name}, but the CPU runs it: {fam} / {}: {r}", c.name));
+                }
+            }
+            for (label, config) in configs {
+                if let Some(c) = &config {
+                    if let Err(e) = dev.set_launch_config(c) {
+                        problems.push(format!("{}: launch configuration{label}: {e}", dev.name()));
+                        continue;
+                    }
+                }
+                let name = format!("{}{label}", dev.name());
+                let td = Instant::now();
+                let mut per: BTreeMap<&'static str, Counts> = BTreeMap::new();
+                let mut notes = Vec::new();
+                for c in &cases {
+                    let fam = c.kernel.family();
+                    let cnt = per.entry(fam).or_default();
+                    cnt.cases += 1;
+                    let status = run_case(&*dev, c);
+                    let (tag, detail) = match &status {
+                        Status::Ok(s) => {
+                            cnt.passed += 1;
+                            ("ok", s.clone())
                         }
-                        ("not supported", r.clone())
+                        Status::Unsupported(r) => {
+                            cnt.unsupported += 1;
+                            let layouts: Vec<Layout> = c.inputs.iter().map(|o| o.layout.clone()).collect();
+                            if dev.kind() != tg_runtime::DeviceKind::Cpu && tg_runtime::cpu_registry().check(&c.kernel, &layouts, &c.out).is_ok() {
+                                cnt.cpu_runs += 1;
+                                notes.push(format!("  not supported on {name}, but the CPU runs it: {fam} / {}: {r}", c.name));
+                            }
+                            ("not supported", r.clone())
+                        }
+                        Status::Fail(e) => {
+                            cnt.failed += 1;
+                            let msg = format!("{name}: {fam} / {}: seed {:#x}: {e} [operands: {}]", c.name, c.seed, c.describe());
+                            notes.push(format!("  FAIL {msg}"));
+                            problems.push(msg);
+                            ("FAIL", e.clone())
+                        }
+                    };
+                    let _ = writeln!(log, "{name:<10} {tag:<13} {fam:<20} {} | {detail}", c.name);
+                }
+                let secs = td.elapsed().as_secs_f64();
+                let info = dev.info();
+                let _ = writeln!(table, "\n== {name}: {} ({}), {} compute units ==", info.description, info.driver, info.compute_units);
+                let _ = writeln!(table, "  {:<22} {:>6} {:>7} {:>18} {:>7}", "family", "cases", "passed", "not supported", "failed");
+                let mut total = Counts::default();
+                let entries: Vec<&'static str> = dev.registry().entries().iter().map(|e| e.family).collect();
+                for &fam in FAMILIES {
+                    let c = per.get(fam).copied().unwrap_or_default();
+                    let has_entry = entries.contains(&fam);
+                    if has_entry && c.cases == 0 {
+                        problems.push(format!("{name}: registry entry '{fam}' without a case"));
                     }
-                    Status::Fail(e) => {
-                        cnt.failed += 1;
-                        let msg = format!("{name}: {fam} / {}: seed {:#x}: {e} [operands: {}]", c.name, c.seed, c.describe());
-                        notes.push(format!("  FAIL {msg}"));
-                        problems.push(msg);
-                        ("FAIL", e.clone())
+                    if !has_entry && c.cases == 0 {
+                        continue;
                     }
-                };
-                let _ = writeln!(log, "{name:<10} {tag:<13} {fam:<20} {} | {detail}", c.name);
-            }
-            let secs = td.elapsed().as_secs_f64();
-            let info = dev.info();
-            let _ = writeln!(table, "\n== {name}: {} ({}), {} compute units ==", info.description, info.driver, info.compute_units);
-            let _ = writeln!(table, "  {:<22} {:>6} {:>7} {:>18} {:>7}", "family", "cases", "passed", "not supported", "failed");
-            let mut total = Counts::default();
-            let entries: Vec<&'static str> = dev.registry().entries().iter().map(|e| e.family).collect();
-            for &fam in FAMILIES {
-                let c = per.get(fam).copied().unwrap_or_default();
-                let has_entry = entries.contains(&fam);
-                if has_entry && c.cases == 0 {
-                    problems.push(format!("{name}: registry entry '{fam}' without a case"));
+                    let label = if has_entry { fam.to_string() } else { format!("{fam} (no entry)") };
+                    let _ = writeln!(table, "{}", row(&label, &c, true));
+                    total.add(&c);
                 }
-                if !has_entry && c.cases == 0 {
-                    continue;
+                for e in &entries {
+                    if !FAMILIES.contains(e) {
+                        problems.push(format!("{name}: registry entry '{e}' is not a family of tg_runtime::FAMILIES"));
+                    }
                 }
-                let label = if has_entry { fam.to_string() } else { format!("{fam} (no entry)") };
-                let _ = writeln!(table, "{}", row(&label, &c, true));
-                total.add(&c);
-            }
-            for e in &entries {
-                if !FAMILIES.contains(e) {
-                    problems.push(format!("{name}: registry entry '{e}' is not a family of tg_runtime::FAMILIES"));
+                let _ = writeln!(table, "{}   in {:.1} ms", row(&format!("TOTAL {name}"), &total, true), secs * 1e3);
+                for n in &notes {
+                    let _ = writeln!(table, "{n}");
                 }
+                summary.push(format!("{name}: {} cases, {} ok, {} not supported, {} FAIL", total.cases, total.passed, total.unsupported, total.failed));
             }
-            let _ = writeln!(table, "{}   in {:.1} ms", row(&format!("TOTAL {name}"), &total, true), secs * 1e3);
-            for n in &notes {
-                let _ = writeln!(table, "{n}");
+            if let Some(c) = &start {
+                let _ = dev.set_launch_config(c);
             }
-            summary.push(format!("{name}: {} cases, {} ok, {} not supported, {} FAIL", total.cases, total.passed, total.unsupported, total.failed));
         }
     }
     let _ = writeln!(table, "\n{} in {:.2} s", summary.join("; "), t0.elapsed().as_secs_f64());

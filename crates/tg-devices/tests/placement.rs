@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
-use tg_compiler::{compile, validate, CompileOptions, PlacePin};
+use tg_compiler::{compile, validate, CompileOptions, FirstUse, PlacePin};
 use tg_ir::{DType, Graph, GraphBuilder, HostTensor, UnaryOp, WeightStore};
 use tg_runtime::{Device, Executable, Kernel, Storage};
 
@@ -69,7 +69,55 @@ fn an_unmeasured_second_device_changes_nothing() {
     let cost = |c: &tg_compiler::Compiled| c.report.rewrite.as_ref().unwrap().cost_out_search;
     assert_eq!(cost(&one), cost(&both), "one-device makespan");
     let p = both.report.placement.as_ref().expect("a placement report");
-    assert!(p.notes.iter().any(|n| n.contains("no kernel times measured")), "{:?}", p.notes);
+    assert!(p.notes.iter().any(|n| n.contains("no kernel times measured") && n.contains("first-use measurement off")), "{:?}", p.notes);
+    assert_eq!(CompileOptions::default().placement.first_use, FirstUse::Off, "library compiles measure nothing unless asked");
+}
+
+/// With first-use measurement on and no profile, the OpenCL device's roofline and links are
+/// measured (quickly, cached in the directory given) and it is offered to the planner for
+/// every op, priced by them; the report says so. The plan is valid and computes what the
+/// CPU-only plan computes, wherever the planner put the ops.
+#[test]
+fn an_unmeasured_device_is_measured_on_first_use_and_offered() {
+    let Some(devs) = two() else { return };
+    let dir = std::env::temp_dir().join(format!("tg-placement-first-use-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut o = CompileOptions::default();
+    o.placement.first_use = FirstUse::Measure { dir: Some(dir.clone()) };
+    let (rows, n) = (16, 64);
+    let g = graph(rows, n);
+    let t0 = std::time::Instant::now();
+    let c = compile(&g, &devs, &o).unwrap();
+    let took = t0.elapsed();
+    let name = devs[1].name();
+    let p = c.report.placement.as_ref().expect("a placement report");
+    assert!(p.notes.iter().any(|n| n.starts_with(&format!("{name}: roofline measured on first use (no kernel times)"))), "{:?}", p.notes);
+    assert!(!p.notes.iter().any(|n| n.contains("only pinned ops")), "{:?}", p.notes);
+    for (a, b) in [("cpu", name), (name, "cpu")] {
+        assert!(p.notes.iter().any(|n| n.starts_with(&format!("{a} -> {b}:")) && n.ends_with("(measured on first use)")), "{a} -> {b}: {:?}", p.notes);
+    }
+    // The measurement (~1.5 s on PoCL) and the planner's budget (1 s), generously.
+    assert!(took < std::time::Duration::from_secs(30), "{took:?}");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files.len(), 1, "one cache file: {files:?}");
+    assert!(files[0].starts_with(&name.replace(':', "_")) && files[0].ends_with(".json"), "{files:?}");
+    validate(&c.plan, &devs).unwrap();
+
+    let store: Arc<dyn WeightStore + Send + Sync> = Arc::new(weights(n, 3));
+    let mut placed = Executable::new(c.plan.clone(), devs.clone(), store.clone()).unwrap();
+    let mut home = Executable::new(compile(&g, &devs[..1], &CompileOptions::default()).unwrap().plan, devs[..1].to_vec(), store).unwrap();
+    let x = input(rows, n, 5);
+    let (a, b) = (placed.run(&x).unwrap(), home.run(&x).unwrap());
+    for name in ["y", "z"] {
+        let (a, b) = (a[name].as_f32().unwrap(), b[name].as_f32().unwrap());
+        let err = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(err <= 1e-4, "{name}: max |placed - cpu| = {err}");
+    }
+    // Switched off again, the device is back to pinned ops only.
+    o.placement.first_use = FirstUse::Off;
+    let off = compile(&g, &devs, &o).unwrap();
+    assert!(off.plan.steps.iter().all(|s| s.device == 0));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Pinned matmuls run on OpenCL, the rest on the CPU: transfers in both directions, each

@@ -3,7 +3,7 @@
 //! once per device; weights uploaded once per (store, name) and kept for every plan that
 //! binds them.
 
-use crate::{ClArg, ClError, ClKernels, SOURCES};
+use crate::{ClArg, ClError, ClKernels};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::{Device as ClDevice, CL_DEVICE_TYPE_ALL};
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tg_ir::WeightStore;
 use tg_runtime::device::{check_range, new_device_id};
-use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelEntry, KernelRegistry, Layout, FAMILIES};
+use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelRegistry};
 
 /// A `cl_mem` buffer of ours. Writes go through the queue (the OpenCL runtime orders them);
 /// the cell only lets the wrapper call the `&mut` methods of `opencl3`.
@@ -112,17 +112,10 @@ fn describe(d: &ClDevice, index: usize, platform: &str) -> DeviceInfo {
     }
 }
 
-/// The OpenCL kernel registry: every family has a kernel; each contract is
-/// [`ClKernels::supports`].
+/// The OpenCL kernel registry: every family, from the shared GPU kernels (`tg_gpu::registry`).
 pub fn registry() -> &'static KernelRegistry {
     static R: OnceLock<KernelRegistry> = OnceLock::new();
-    R.get_or_init(|| {
-        let contract: tg_runtime::Contract = |k: &Kernel, ins: &[Layout], out: &Layout| ClKernels::supports(k, ins, out);
-        KernelRegistry::new(
-            "opencl",
-            FAMILIES.iter().map(|&family| KernelEntry { family, contract, note: "OpenCL C (tg-opencl/src/cl), one work-item per output element or row" }).collect(),
-        )
-    })
+    R.get_or_init(|| tg_gpu::registry("opencl"))
 }
 
 impl OpenClDevice {
@@ -168,13 +161,22 @@ impl tg_runtime::Device for OpenClDevice {
     }
 
     fn fingerprint(&self) -> String {
-        // The kernels' sources are part of what their times depend on.
-        let h = SOURCES.iter().flat_map(|(_, s)| s.bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3));
-        format!("{} | {} | kernels {h:016x}", self.info.description, self.info.driver)
+        // The kernels' sources and launch shapes are part of what their times depend on.
+        let h = tg_gpu::source_hash(tg_gpu::Target::OpenCl);
+        format!("{} | {} | kernels {h:016x} | launch {}", self.info.description, self.info.driver, self.kernels.tuning().key())
     }
 
     fn registry(&self) -> &KernelRegistry {
         registry()
+    }
+
+    fn launch_config(&self) -> Option<String> {
+        serde_json::to_string(&self.kernels.tuning()).ok()
+    }
+
+    fn set_launch_config(&self, config: &str) -> Result<(), String> {
+        let t: tg_gpu::Tuning = serde_json::from_str(config).map_err(|e| format!("{}: launch configuration: {e}", self.name))?;
+        self.kernels.set_tuning(t).map_err(|e| format!("{}: launch configuration: {e}", self.name))
     }
 
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, DeviceError> {

@@ -1,9 +1,11 @@
-//! OpenCL kernels for every [`tg_runtime::Kernel`], with the CPU device's semantics.
+//! The OpenCL device: the shared GPU kernels of `tg-gpu`, built as OpenCL C, for every
+//! [`tg_runtime::Kernel`], with the CPU device's semantics.
 //!
-//! [`ClKernels::build`] compiles one OpenCL C program (the `.cl` sources under `src/cl/`)
-//! once per context and creates every kernel object once; [`ClKernels::enqueue`] sets the
-//! arguments of one kernel and enqueues it (non-blocking) on an in-order queue.
-//! [`ClKernels::supports`] is the contract: what `enqueue` accepts.
+//! [`ClKernels::build`] compiles the program (`tg_gpu::source(Target::OpenCl)`: the OpenCL
+//! dialect header and the kernel files the CUDA device compiles too) once per context and
+//! creates every kernel object once; [`ClKernels::enqueue`] turns one plan step into its
+//! launches (`tg_gpu::plan`), sets their arguments and enqueues them (non-blocking) on an
+//! in-order queue. [`ClKernels::supports`] is the contract (`tg_gpu::supports`).
 //!
 //! # Buffers
 //! Operands are raw byte buffers ([`ClArg`]): f32/i32 elements are 4 bytes, Bool 1 byte
@@ -12,6 +14,9 @@
 //! in elements from there, as on the CPU. Offsets and strides are kernel arguments (no
 //! sub-buffers, whose alignment rules do not fit arena offsets). Element accesses must be
 //! aligned to the element size (intermediate buffers start at multiples of 64 bytes).
+//! Launches of one step that pass data to each other (the q8 numerics quantize the
+//! activations first) use a scratch buffer the [`ClKernels`] owns and grows; a step's
+//! launches are enqueued under its lock, so concurrent steps never interleave there.
 //!
 //! # Run-time errors
 //! Two kernels can meet bad data only at run time: [`Kernel::StoreRows`] (an offset that puts
@@ -23,19 +28,16 @@
 //! error of any of them goes to whichever reads it first.
 //!
 //! # Numerics
-//! f32 paths accumulate in f32 (interleaved partial sums); quantized weights are dequantized
-//! bit-exactly as `tg_quant`'s reference dequantizers; `quantize_activations: true` quantizes
-//! activation rows to Q8_0 (ggml's x86 rounding, as `tg_kernels`) or Q8_K and uses exact
-//! integer block dot products with the CPU's float structure. The program is built with
+//! f32 paths accumulate in f32 (per work-item partial sums, then work-group reductions);
+//! quantized weights are dequantized bit-exactly as `tg_quant`'s reference dequantizers;
+//! `quantize_activations: true` quantizes activation rows to Q8_0 (ggml's x86 rounding, as
+//! `tg_kernels`) or Q8_K first. The program is built with
 //! `-cl-fp32-correctly-rounded-divide-sqrt` where the device supports it (the Q8 scales
 //! `127 / amax` must be correctly rounded to match the CPU's quants).
 
 #![warn(missing_docs)]
 
 mod device;
-mod launch;
-mod shape;
-mod supports;
 
 pub use device::{list, registry, Found, OpenClDevice};
 
@@ -48,48 +50,11 @@ use opencl3::device::{Device, CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT};
 use opencl3::kernel::Kernel as ClKernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::program::Program;
-use opencl3::types::CL_BLOCKING;
+use opencl3::types::{cl_mem, CL_BLOCKING};
+use tg_gpu::{KArg, Target, Tuning};
 use tg_runtime::{Kernel, Layout};
 
-/// The OpenCL C sources of the kernel program, in build order.
-pub const SOURCES: [(&str, &str); 5] = [
-    ("common.cl", include_str!("cl/common.cl")),
-    ("elementwise.cl", include_str!("cl/elementwise.cl")),
-    ("quant.cl", include_str!("cl/quant.cl")),
-    ("fused.cl", include_str!("cl/fused.cl")),
-    ("window.cl", include_str!("cl/window.cl")),
-];
-
-/// Name of the kernel program (in errors).
-pub const PROGRAM_NAME: &str = "tg_kernels";
-
-/// Every kernel function of the program (created once by [`ClKernels::build`]).
-pub const KERNEL_NAMES: [&str; 24] = [
-    "tg_fill",
-    "tg_iota",
-    "tg_unary",
-    "tg_binary",
-    "tg_compare",
-    "tg_where",
-    "tg_cast",
-    "tg_copy_rows",
-    "tg_store_rows",
-    "tg_reduce",
-    "tg_mmq_f32",
-    "tg_mmq_q8",
-    "tg_gather",
-    "tg_matmul",
-    "tg_rms_norm",
-    "tg_add_rms_norm",
-    "tg_rope_neox",
-    "tg_gelu",
-    "tg_softmax",
-    "tg_attention",
-    "tg_conv",
-    "tg_im2col",
-    "tg_pool",
-    "tg_group_norm",
-];
+pub use tg_gpu::{KERNEL_NAMES, PROGRAM_NAME};
 
 /// Errors of building the program and its kernels.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +124,9 @@ pub struct ClKernels {
     _program: Program,
     kernels: HashMap<&'static str, Mutex<ClKernel>>,
     status: Mutex<Buffer<u8>>,
-    local_mem: u64,
+    /// Scratch memory of multi-launch steps (grown on demand); locked while a step enqueues.
+    scratch: Mutex<Option<Buffer<u8>>>,
+    tuning: Mutex<Tuning>,
     max_group: usize,
 }
 
@@ -175,8 +142,8 @@ impl ClKernels {
         if fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT != 0 {
             options.push_str(" -cl-fp32-correctly-rounded-divide-sqrt");
         }
-        let sources: Vec<&str> = SOURCES.iter().map(|(_, s)| *s).collect();
-        let program = build_program(context, device, PROGRAM_NAME, &sources, &options)?;
+        let source = tg_gpu::source(Target::OpenCl);
+        let program = build_program(context, device, PROGRAM_NAME, &[&source], &options)?;
         let mut kernels = HashMap::new();
         for name in KERNEL_NAMES {
             let k = ClKernel::create(&program, name).map_err(|e| ClError::Kernel { program: PROGRAM_NAME.into(), kernel: name.into(), code: e.to_string() })?;
@@ -186,22 +153,43 @@ impl ClKernels {
         // SAFETY: the host pointer is valid for STATUS_BYTES bytes and only copied from.
         let status =
             unsafe { Buffer::<u8>::create(context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, STATUS_BYTES, zeros.as_mut_ptr().cast()) }.map_err(api("create status buffer"))?;
-        let local_mem = device.local_mem_size().map_err(api("device local memory size"))?;
         let max_group = device.max_work_group_size().map_err(api("device max work-group size"))?;
-        Ok(ClKernels { _program: program, kernels, status: Mutex::new(status), local_mem, max_group })
+        // Work-items of a CPU device are SIMD lanes of its cores: a work-item per weight row.
+        let cpu = device.dev_type().map_err(api("device type"))? & opencl3::device::CL_DEVICE_TYPE_CPU != 0;
+        let tuning = if cpu { Tuning::cpu_like() } else { Tuning::default() };
+        Ok(ClKernels {
+            _program: program,
+            kernels,
+            status: Mutex::new(status),
+            scratch: Mutex::new(None),
+            tuning: Mutex::new(tuning),
+            max_group,
+        })
     }
 
     /// The contract: `Ok(())` if [`ClKernels::enqueue`] can run `kernel` reading `ins` and
     /// writing `out`, else the reason.
     pub fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
-        supports::supports(kernel, ins, out)
+        tg_gpu::supports(kernel, ins, out)
+    }
+
+    /// The launch shapes in use.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Uses `tuning` for later launches (after checking it).
+    pub fn set_tuning(&self, tuning: Tuning) -> Result<(), String> {
+        tuning.check()?;
+        *self.tuning.lock().map_err(|_| "tuning lock poisoned".to_string())? = tuning;
+        Ok(())
     }
 
     /// Enqueues `kernel` (non-blocking) on the in-order `queue`, reading `ins` and writing
     /// `out`. Checks the contract and that every tensor lies inside its buffer first.
     pub fn enqueue(&self, queue: &CommandQueue, kernel: &Kernel, ins: &[ClArg], out: ClArg) -> Result<(), String> {
         let layouts: Vec<Layout> = ins.iter().map(|a| a.layout.clone()).collect();
-        supports::supports(kernel, &layouts, out.layout).map_err(|e| format!("{}: {e}", kernel.name()))?;
+        tg_gpu::supports(kernel, &layouts, out.layout).map_err(|e| format!("{}: {e}", kernel.name()))?;
         for (i, a) in ins.iter().chain(std::iter::once(&out)).enumerate() {
             let need = a.layout.bytes_needed().ok_or_else(|| format!("{}: operand {i} reaches before its offset", kernel.name()))?;
             let size = a.mem.size().map_err(|e| format!("{}: buffer size of operand {i}: {e}", kernel.name()))?;
@@ -209,7 +197,65 @@ impl ClKernels {
                 return Err(format!("{}: operand {i} needs {need} bytes at byte {} of a {size}-byte buffer", kernel.name(), a.byte_offset));
             }
         }
-        launch::enqueue(self, queue, kernel, ins, &out).map_err(|e| format!("{}: {e}", kernel.name()))
+        fn tensor<'a>(a: &ClArg<'a>) -> tg_gpu::Tensor<'a, Buffer<u8>> {
+            tg_gpu::Tensor { mem: a.mem, byte_offset: a.byte_offset, layout: a.layout }
+        }
+        let tins: Vec<tg_gpu::Tensor<Buffer<u8>>> = ins.iter().map(tensor).collect();
+        let tuning = self.tuning();
+        let plan = tg_gpu::plan(kernel, &tins, &tensor(&out), &tuning).map_err(|e| format!("{}: {e}", kernel.name()))?;
+        let mut scratch = self.scratch.lock().map_err(|_| "scratch lock poisoned".to_string())?;
+        if plan.scratch_bytes > 0 && scratch.as_ref().and_then(|s| s.size().ok()).is_none_or(|have| have < plan.scratch_bytes) {
+            let bytes = plan.scratch_bytes.next_power_of_two();
+            let ctx = queue.context().map_err(|e| format!("{}: the queue's context: {e}", kernel.name()))?;
+            // SAFETY: a valid context, no host pointer; the buffer owns the new cl_mem.
+            let mem = unsafe { opencl3::memory::create_buffer(ctx, CL_MEM_READ_WRITE, bytes, std::ptr::null_mut()) }
+                .map_err(|e| format!("{}: cannot allocate {bytes} bytes of scratch: {e}", kernel.name()))?;
+            *scratch = Some(Buffer::new(mem));
+        }
+        let scratch_mem = scratch.as_ref().map(|b| b.get());
+        for launch in &plan.launches {
+            self.run(queue, launch, scratch_mem).map_err(|e| format!("{}: {e}", kernel.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the arguments of one launch and enqueues it.
+    fn run(&self, queue: &CommandQueue, launch: &tg_gpu::Launch<Buffer<u8>>, scratch: Option<cl_mem>) -> Result<(), String> {
+        let name = launch.kernel;
+        if launch.group_size > self.max_group {
+            return Err(format!("kernel {name}: work-groups of {} exceed the device's {}", launch.group_size, self.max_group));
+        }
+        let k = self.kernels.get(name).ok_or_else(|| format!("kernel {name} missing from the program"))?;
+        let k = k.lock().map_err(|_| format!("kernel {name}: lock poisoned"))?;
+        let status = self.status.lock().map_err(|_| "status buffer lock poisoned".to_string())?.get();
+        for (i, a) in launch.args.iter().enumerate() {
+            let i = i as u32;
+            // SAFETY: each argument has the size and type of the kernel's parameter `i` (the
+            // signatures in tg-gpu's kernels); buffers outlive the enqueue (OpenCL retains them).
+            let r = unsafe {
+                match a {
+                    KArg::Buf(b) => k.set_arg(i, &b.get()),
+                    KArg::Status => k.set_arg(i, &status),
+                    KArg::Scratch => match scratch {
+                        Some(m) => k.set_arg(i, &m),
+                        None => return Err(format!("kernel {name}: argument {i} is the scratch buffer, which the step did not size")),
+                    },
+                    KArg::I64(v) => k.set_arg(i, v),
+                    KArg::I32(v) => k.set_arg(i, v),
+                    KArg::U32(v) => k.set_arg(i, v),
+                    KArg::F32(v) => k.set_arg(i, v),
+                    KArg::Dims(v) => k.set_arg(i, v),
+                }
+            };
+            r.map_err(|e| format!("kernel {name}: argument {i}: {e}"))?;
+        }
+        let g = launch.group_size;
+        let global = [launch.groups[0] * g, launch.groups[1], launch.groups[2]];
+        let local = [g, 1, 1];
+        // SAFETY: three-entry global and local sizes; arguments are set.
+        unsafe { queue.enqueue_nd_range_kernel(k.get(), 3, std::ptr::null(), global.as_ptr(), local.as_ptr(), &[]) }
+            .map_err(|e| format!("kernel {name}: enqueue over {global:?} in groups of {g}: {e}"))?;
+        Ok(())
     }
 
     /// Reads (blocking: waits for `queue`) and clears the first run-time error recorded by a

@@ -157,6 +157,12 @@ fn attention_ref(q: &[f32], k: &[f32], v: &[f32], mask: &[f32], nkv: usize, g: u
 #[test]
 fn attention_both_layouts_masks_and_nan_rows() {
     let Some(env) = env() else { return };
+    // Every launch shape: the split-key path (a 16-key split of every row longer than 16)
+    // and its merge included.
+    with_each_tuning(env, attention_cases);
+}
+
+fn attention_cases(env: &Env) {
     let mut r = rng("attention", 35);
     for (nkv, g, sq, sk, d) in [(2usize, 2usize, 5usize, 13usize, 64usize), (1, 4, 1, 70, 256), (1, 3, 3, 1, 2)] {
         let q = rand_f32(&mut r, nkv * g * sq * d, -1.0, 1.0);

@@ -125,6 +125,12 @@ const TYPES: [GgmlType; 9] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, Ggml
 #[test]
 fn matmul_quant_all_types_both_numerics() {
     let Some(env) = env() else { return };
+    // Both launch shapes run every case: the GPU one (a 32-lane run per weight row) and the
+    // CPU-like one (a work-item per row) take different kernels for m <= 8.
+    with_each_tuning(env, matmul_quant_cases);
+}
+
+fn matmul_quant_cases(env: &Env) {
     let mut r = rng("matmul_quant", 22);
     let n = 37;
     for (ti, ty) in TYPES.into_iter().enumerate() {
@@ -188,6 +194,10 @@ fn matmul_quant_all_types_both_numerics() {
 #[test]
 fn matmul_quant_q8_degenerate_blocks() {
     let Some(env) = env() else { return };
+    with_each_tuning(env, q8_degenerate_cases);
+}
+
+fn q8_degenerate_cases(env: &Env) {
     // All-zero activation blocks (Q8_0 scale 0, Q8_K amax 0) give exact zeros; a NaN in a block
     // makes the dependent outputs NaN (as the CPU kernel).
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K] {

@@ -16,14 +16,18 @@
 //!   floored by the roofline. [`PlanEstimate`] reports how much of a plan rests on fallbacks.
 //! - [`Profiler`] measures a list of keys, skipping measured ones and saving after every
 //!   measurement, so an interrupted run resumes without losing or repeating work.
-//! - [`Link`] is a measured device-to-device copy cost (latency + bandwidth); none exists yet
-//!   (only the CPU), but [`measure_link`] and [`Profile::predict_copy`] are in place.
+//! - [`Link`] is a measured device-to-device copy cost (latency + bandwidth):
+//!   [`measure_device_links`] times transfers both ways, [`Profile::predict_copy`] prices them.
+//! - [`first_use`] measures a device's roofline and links quickly (bounded by a time budget)
+//!   the first time a compile meets a device without measured kernel times, and caches them
+//!   per device fingerprint, so the planner can use the device before `tg profile` has run.
 //!
 //! The file format and the fit are described in `docs/profile.md`.
 #![warn(missing_docs)]
 
 mod bench;
 mod fingerprint;
+mod first_use;
 mod fit;
 mod key;
 mod profile;
@@ -32,11 +36,12 @@ mod roofline;
 
 pub use bench::{bench, BenchOptions, Measurement};
 pub use fingerprint::{Fingerprint, KERNELS_REVISION};
+pub use first_use::{first_use, first_use_path, load_or_measure, FirstUseOptions, FirstUseRecord, Origin, FIRST_USE_FORMAT};
 pub use fit::FamilyFit;
 pub use key::{work, ProfileKey, Work};
 pub use profile::{default_dir, default_path, stale_profiles, PlanEstimate, Prediction, Profile, Source, FORMAT_VERSION};
 pub use profiler::{CpuDevices, DeviceSource, Profiler, RunReport};
-pub use roofline::{measure_link, measure_roofline, Link, LinkKey, Roofline, RooflineOptions};
+pub use roofline::{measure_device_links, measure_link, measure_roofline, Link, LinkKey, Roofline, RooflineOptions};
 
 use std::path::PathBuf;
 use thiserror::Error;

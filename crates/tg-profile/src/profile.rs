@@ -31,6 +31,30 @@ pub fn default_path(fingerprint: &Fingerprint) -> PathBuf {
     default_dir().join(format!("{}.json", fingerprint.id()))
 }
 
+/// Writes `text` and a newline to `path` atomically: a temporary file in the same directory,
+/// synced, then renamed over `path` (a reader never sees half a file), creating the
+/// directory if needed.
+pub(crate) fn write_atomically(path: &Path, text: &[u8]) -> Result<(), ProfileError> {
+    let io = |source: std::io::Error| ProfileError::Io { path: path.to_path_buf(), source };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text)?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
 /// Profiles in `dir` that were measured under a fingerprint other than `current`, each with
 /// the differing fields (or why it could not be read), so a caller that finds no profile for
 /// this machine can say why instead of silently planning with guesses.
@@ -428,24 +452,7 @@ impl Profile {
     /// Writes the profile to `path` atomically (a temporary file in the same directory,
     /// synced, then renamed over `path`), creating the directory if needed.
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
-        let io = |source: std::io::Error| ProfileError::Io { path: path.to_path_buf(), source };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(self.to_json().as_bytes())?;
-            f.write_all(b"\n")?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
-        })
+        write_atomically(path, self.to_json().as_bytes())
     }
 
     /// Reads a profile and checks it was measured under `current`: a different fingerprint

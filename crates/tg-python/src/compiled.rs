@@ -26,9 +26,11 @@ pub(crate) fn cpu_device(threads: usize) -> PyResult<Arc<dyn Device>> {
     Ok(d)
 }
 
-/// Placement options from `place` strings (`OP_PATTERN=DEVICE`).
+/// Placement options from `place` strings (`OP_PATTERN=DEVICE`); a device without measured
+/// kernel times is measured on first use (roofline and links, cached) unless
+/// `TG_FIRST_USE=off`.
 pub(crate) fn place_options(place: &[String]) -> PyResult<tg_compiler::PlaceOptions> {
-    let mut o = tg_compiler::PlaceOptions::default();
+    let mut o = tg_compiler::PlaceOptions { first_use: tg_compiler::FirstUse::for_this_machine(), ..Default::default() };
     for p in place {
         o.pins.push(p.parse().map_err(errors::compile)?);
     }

@@ -37,7 +37,9 @@ fn onnx_dir(path: Option<PathBuf>, file: &str) -> Res<PathBuf> {
 }
 
 fn options() -> CompileOptions {
-    CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, ..Default::default() }
+    let mut o = CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, ..Default::default() };
+    o.placement.first_use = tg_compiler::FirstUse::for_this_machine();
+    o
 }
 
 /// A difficulty given as one int or a sequence.

@@ -270,6 +270,7 @@ pub(crate) fn load_model(py: Python<'_>, path: std::path::PathBuf, devices: Vec<
             let mut o = OpenOptions::on(devs);
             // The planner uses this machine's kernel profile (`tg profile`) when there is one.
             o.compile.cost = tg_compiler::CostSource::for_this_machine().0;
+            o.compile.placement.first_use = tg_compiler::FirstUse::for_this_machine();
             let r = match &kind {
                 Some(k) => tg_models::open_kind(k, &p, o),
                 None => tg_models::open(&p, o),

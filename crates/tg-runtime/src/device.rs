@@ -202,6 +202,20 @@ pub trait Device: Send + Sync {
     /// The contracts of the device's kernels.
     fn registry(&self) -> &KernelRegistry;
 
+    /// The device's launch configuration as JSON (GPU devices: the work-group and tile shapes
+    /// of their kernels, `tg_gpu::Tuning`), if it has one. Part of what kernel times depend
+    /// on: devices end their [`Device::fingerprint`] with ` | launch <key of it>`, so that
+    /// the rest names the device alone (stored configurations are keyed by that rest).
+    fn launch_config(&self) -> Option<String> {
+        None
+    }
+
+    /// Replaces the launch configuration (`tg profile` measures candidates and stores the
+    /// best; tests run kernels under each). Devices without one refuse.
+    fn set_launch_config(&self, _config: &str) -> Result<(), String> {
+        Err(format!("{}: has no launch configuration", self.name()))
+    }
+
     /// `Ok(())` if this device can run `kernel` reading `inputs` and writing `output`,
     /// otherwise the reason (read from [`Device::registry`]).
     fn supports(&self, kernel: &Kernel, inputs: &[Layout], output: &Layout) -> Result<(), String> {

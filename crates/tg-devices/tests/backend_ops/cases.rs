@@ -69,6 +69,7 @@ pub fn all() -> Vec<Case> {
     windows(&mut v);
     attention(&mut v);
     large(&mut v);
+    gpu_paths(&mut v);
     degenerate(&mut v);
     v
 }
@@ -792,6 +793,111 @@ fn attention(v: &mut Vec<Case>) {
     }
 }
 
+/// Shapes that reach each launch shape of the shared GPU kernels (tg-gpu): the 64² tiles of
+/// the products and convolutions with ragged edges, matrix-vector products at the 8-row
+/// limit, plain weight rows not a multiple of a tile step, attention with more than eight
+/// query heads per kv head and whole key tiles masked in the middle of a row, rows longer and
+/// shorter than a work-group.
+fn gpu_paths(v: &mut Vec<Case>) {
+    // (type, m rows, n, k): m = 8 is the last matrix-vector row count, 9 the first tiled one.
+    let mq: [(GgmlType, Vec<usize>, usize, usize); 6] = [
+        (GgmlType::Q4_K, vec![70], 130, 512),
+        (GgmlType::Q8_0, vec![2, 33], 64, 96),
+        (GgmlType::Q6_K, vec![8], 65, 256),
+        (GgmlType::Q5_0, vec![9], 33, 64),
+        (GgmlType::F32, vec![66], 70, 20),
+        (GgmlType::BF16, vec![3, 3], 40, 44),
+    ];
+    for (ty, lead, n, k) in mq {
+        for qa in [false, true] {
+            let mut xs = lead.clone();
+            xs.push(k);
+            let mut b = B::new(format!("{ty} x{xs:?} · W[{n},{k}]ᵀ {} (gpu tiles)", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
+            let seed = b.rng.gen();
+            let wb = tg_quant::random_blocks(ty, n * k, seed);
+            let xd = b.uniform(numel(&xs), -1.0, 1.0);
+            let x = b.input(&xs, f(xd.clone()), &[]);
+            let check = match (qa, q8_act(ty)) {
+                (true, Some(act)) => {
+                    b.reference_values(x, q8_round(&xd, k, act));
+                    Q8
+                }
+                _ => MATMUL,
+            };
+            let w = b.weight(wdtype(ty), &[n, k], wb);
+            let o = b.g.matmul(x, w, true).expect("matmul");
+            v.push(b.finish(Kernel::MatMulQuant { quantize_activations: qa }, o, check));
+        }
+    }
+    {
+        let (ty, m, n, k) = (GgmlType::Q4_K, 67usize, 96usize, 256usize);
+        let mut b = B::new(format!("{ty} x[{m},{k}] · W[{n},{k}]ᵀ + residual f32 numerics (gpu tiles)").to_lowercase());
+        let seed = b.rng.gen();
+        let wb = tg_quant::random_blocks(ty, n * k, seed);
+        let x = b.f32_in(&[m, k], &[], -1.0, 1.0);
+        let w = b.weight(wdtype(ty), &[n, k], wb);
+        let c = b.f32_in(&[m, n], &[], -1.0, 1.0);
+        let o = b.g.push(Op::MatMulAdd { transpose_rhs: true }, &[x, w, c], None).expect("matmul_add");
+        v.push(b.finish(Kernel::MatMulQuantAdd { quantize_activations: false }, o, MATMUL));
+    }
+    for (what, a_shape, a_views, b_shape, b_views, tr) in [
+        ("[70,40]·[40,130]", vec![70usize, 40], vec![], vec![40usize, 130], vec![], false),
+        ("[70,40]·[130,40]ᵀ", vec![70, 40], vec![], vec![130, 40], vec![], true),
+        ("[3,65,17] a transposed view · [3,17,66]", vec![3, 17, 65], vec![P(vec![0, 2, 1])], vec![3, 17, 66], vec![], false),
+    ] {
+        let mut b = B::new(format!("matmul_f32 {what} (gpu tiles)"));
+        let x = b.f32_in(&a_shape, &a_views, -1.0, 1.0);
+        let y = b.f32_in(&b_shape, &b_views, -1.0, 1.0);
+        let o = b.g.matmul(x, y, tr).expect("matmul");
+        v.push(b.finish(Kernel::MatMul { transpose_rhs: tr }, o, MATMUL));
+    }
+    {
+        let win = window(&[3, 3], &[1, 1], &[1, 1], &[1, 1], &[1, 1]);
+        let (xs, m, act) = (vec![2usize, 8, 12, 11], 66usize, Act::Silu);
+        let mut b = B::new(format!("conv_bias + residual 2d x{xs:?} k3 pad 1 m{m} {act:?} (gpu tiles)"));
+        let x = b.f32_in(&xs, &[], -1.0, 1.0);
+        let w = b.f32_in(&[m, xs[1], 3, 3], &[], -1.0, 1.0);
+        let bias = b.f32_in(&[m, 1, 1], &[], -1.0, 1.0);
+        let r = b.f32_in(&[xs[0], m, 12, 11], &[], -1.0, 1.0);
+        let o = b.g.push(Op::ConvBias { window: win.clone(), groups: 1, act }, &[x, w, bias, r], None).expect("conv_bias");
+        v.push(b.finish(Kernel::ConvBias { window: win, groups: 1, act }, o, MATMUL));
+    }
+    for seq_major in [false, true] {
+        // Ten query heads per kv head (two groups of at most eight), d = 72, a window of 4 over
+        // 40 keys: the key tiles before the window are skipped whole.
+        let (nkv, g, sq, sk, d) = (1usize, 10usize, 3usize, 40usize, 72usize);
+        let layout = if seq_major { "seq-major" } else { "head-major" };
+        let mut b = B::new(format!("attention {layout} n_kv={nkv} group={g} sq={sq} sk={sk} d={d}: window 4 (gpu tiles)"));
+        let qs = if seq_major { vec![sq, nkv, g, d] } else { vec![nkv, g, sq, d] };
+        let q = b.f32_in(&qs, &[], -1.0, 1.0);
+        let k = b.f32_in(&[nkv, 1, sk, d], &[], -1.0, 1.0);
+        let vv = b.f32_in(&[nkv, 1, sk, d], &[], -1.0, 1.0);
+        let mt = b.input(&[sq, sk], f(mask(sq, sk, |p, j| j <= p && p - j < 4)), &[]);
+        let bits = (1.0 / (d as f64).sqrt()).to_bits();
+        let (op, kernel) = if seq_major {
+            (Op::AttentionSeqMajor { scale_bits: bits }, Kernel::AttentionSeqMajor { scale_bits: bits })
+        } else {
+            (Op::Attention { scale_bits: bits }, Kernel::Attention { scale_bits: bits })
+        };
+        let o = b.g.push(op, &[q, k, vv, mt], None).expect("attention");
+        v.push(b.finish(kernel, o, TRANSC));
+    }
+    {
+        let mut b = B::new("softmax f32[2,3000] (gpu rows longer than a work-group)");
+        let x = b.f32_in(&[2, 3000], &[], -10.0, 10.0);
+        let o = b.g.push(Op::Softmax, &[x], None).expect("softmax");
+        v.push(b.finish(Kernel::Softmax, o, TRANSC));
+    }
+    {
+        let eps = 1e-6f64;
+        let mut b = B::new("rms_norm f32[70,5] (gpu rows shorter than a warp)");
+        let x = b.f32_in(&[70, 5], &[], -2.0, 2.0);
+        let w = b.f32_in(&[5], &[], -1.5, 1.5);
+        let o = b.g.push(Op::RmsNorm { eps_bits: eps.to_bits() }, &[x, w], None).expect("rms_norm");
+        v.push(b.finish(Kernel::RmsNorm { eps_bits: eps.to_bits() }, o, TRANSC));
+    }
+}
+
 /// Sizes past the CPU's parallel thresholds (32K elements, matmul tiles) and long rows.
 fn large(v: &mut Vec<Case>) {
     {
@@ -884,8 +990,8 @@ fn large(v: &mut Vec<Case>) {
         let o = b.g.push(op, &[q, k, vv, mt], None).expect("attention");
         v.push(b.finish(kernel, o, TRANSC));
     }
-    // Broadcast masks, read in place by the CPU (one row; one value) and copied for OpenCL:
-    // what exporters' "no mask" attention lowers to.
+    // Broadcast masks, read in place (one row; one value): what exporters' "no mask"
+    // attention lowers to.
     for (what, shape) in [("one mask row broadcast", vec![1usize, 40]), ("one mask value broadcast", vec![])] {
         let (nkv, g, sq, sk, d) = (2usize, 2usize, 33usize, 40usize, 32usize);
         let mut b = B::new(format!("attention head-major n_kv={nkv} group={g} sq={sq} sk={sk} d={d}: {what}"));

@@ -57,6 +57,21 @@ pub fn env() -> Option<&'static Env> {
     e.as_ref()
 }
 
+/// Runs `cases` once under each launch configuration the shared kernels are tested with
+/// (`tg_gpu::Tuning::test_variants`), holding a lock so no other test changes it meanwhile;
+/// restores the device's starting configuration afterwards.
+pub fn with_each_tuning(env: &Env, cases: impl Fn(&Env)) {
+    static TUNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    let start = env.kernels.tuning();
+    for (what, tuning) in tg_gpu::Tuning::test_variants() {
+        eprintln!("launch shapes: {what}");
+        env.kernels.set_tuning(tuning).expect("tuning");
+        cases(env);
+    }
+    env.kernels.set_tuning(start).expect("tuning");
+}
+
 /// Poison byte of outputs and guard bytes.
 pub const POISON: u8 = 0xFF;
 /// Guard bytes before and after each output.

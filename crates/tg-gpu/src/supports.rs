@@ -1,5 +1,5 @@
-//! The contract of every kernel: the device-independent one
-//! ([`tg_runtime::contract::well_formed`]) with this crate's limits (at most eight strided
+//! The contract of every shared GPU kernel: the device-independent one
+//! ([`tg_runtime::contract::well_formed`]) with the kernels' limits (at most eight strided
 //! dims after merging, head_dim ≤ 256 in attention, the weight formats the kernels decode,
 //! i32 error reports). The output may start at any element offset but must be contiguous.
 
@@ -7,10 +7,11 @@ use tg_ir::DType;
 use tg_quant::GgmlType;
 use tg_runtime::{Kernel, Layout};
 
-use crate::shape::{contiguous, merge, MAX_RANK};
+use crate::shape::{contiguous, merge};
+pub use crate::shape::MAX_RANK;
 
-/// Largest attention head dimension (the kernel keeps a query row and its accumulator in
-/// private arrays of this size).
+/// Largest attention head dimension (`ATT_MAXD` of `attention.gpu`: the query rows and a key
+/// tile are staged in local memory at this width).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 256;
 
 fn need(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
@@ -22,7 +23,7 @@ fn need(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
 }
 
 /// The weight / table formats the kernels read (as a GGML type; plain F32 counts as F32).
-pub(crate) fn weight_type(d: DType) -> Option<GgmlType> {
+pub fn weight_type(d: DType) -> Option<GgmlType> {
     let t = match d {
         DType::F32 => GgmlType::F32,
         DType::Quant(t) => t,
@@ -44,9 +45,10 @@ fn strided_rank(ins: &[Layout], out: &Layout) -> Result<(), String> {
     Ok(())
 }
 
-/// See [`crate::ClKernels::supports`]: every well-formed launch
-/// ([`tg_runtime::contract::well_formed`]) within this device's limits.
-pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
+/// The contract of the shared kernels: `Ok(())` if [`crate::plan`] takes `kernel` reading
+/// `ins` and writing `out`, else the reason. Every well-formed launch
+/// ([`tg_runtime::contract::well_formed`]) within the kernels' limits.
+pub fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<(), String> {
     tg_runtime::contract::well_formed(kernel, ins, out)?;
     match kernel {
         Kernel::Transfer { .. } => Err("a transfer is not a kernel: the executor runs it".into()),
@@ -72,9 +74,8 @@ pub(crate) fn supports(kernel: &Kernel, ins: &[Layout], out: &Layout) -> Result<
         }
         Kernel::Attention { .. } | Kernel::AttentionSeqMajor { .. } => {
             let d = ins[0].shape[3];
-            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}", kernel.name()))?;
-            // The kernels read the mask as a contiguous matrix; a broadcast one is copied.
-            need(ins[3].is_contiguous(), || format!("{}: the mask must be contiguous here", kernel.name()))
+            // The mask is read in place: contiguous, or a row or value broadcast (well_formed).
+            need(d <= ATTENTION_MAX_HEAD_DIM, || format!("{}: head_dim {d} exceeds {ATTENTION_MAX_HEAD_DIM}", kernel.name()))
         }
         Kernel::Fill { .. }
         | Kernel::Iota { .. }

@@ -1,7 +1,7 @@
 //! Host-side layout helpers: merging dims so strided kernels see few of them.
 
 /// Most dims a strided kernel takes (`long8` arguments).
-pub(crate) const MAX_RANK: usize = 8;
+pub const MAX_RANK: usize = 8;
 
 /// A shape with one stride vector per operand, after dropping size-1 dims and merging
 /// adjacent dims that every operand walks as one.
