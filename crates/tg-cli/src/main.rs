@@ -29,6 +29,7 @@ mod pack;
 mod profile;
 mod report;
 mod run;
+mod synth;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
@@ -230,6 +231,9 @@ enum Cmd {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Write a random-weight model with the exact layout of a real one (`gemma3-270m`: GGUF,
+    /// optionally a Hugging Face checkpoint of the same weights), or dump a GGUF file's layout.
+    Synth(synth::SynthArgs),
     /// Print the final-position logits of a prompt (table, JSON or raw f32 file).
     Logits(logits::LogitsArgs),
     /// Pack buffers into memory: MiniMalloc-style static allocation of a CSV problem.
@@ -589,6 +593,7 @@ fn run(cli: Cli) -> Res<()> {
             embed(model, prompt_name, dim, threads, &device, json, similarity, list_prompts, query, texts, report)
         }
         Cmd::Logits(args) => logits::run(args),
+        Cmd::Synth(args) => synth::run(args),
         Cmd::Pack(args) => pack::run(args),
         Cmd::Profile(args) => profile::run(args),
         Cmd::Extract(args) => extract::run(args),

@@ -33,6 +33,7 @@ pub mod terrain;
 mod plans;
 mod registry;
 mod session;
+pub mod synth;
 mod weights;
 
 pub use model::{capabilities, check_inputs, input_error, CompileTimes, Dim, ElemType, Embed, Generate, InputProblem, Model, TensorSpec};
