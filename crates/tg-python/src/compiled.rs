@@ -40,7 +40,7 @@ pub(crate) fn place_options(place: &[String]) -> PyResult<tg_compiler::PlaceOpti
 /// Devices opened so far, by (name, threads).
 type Opened = HashMap<(String, usize), Arc<dyn Device>>;
 
-/// The devices named in `names` (`cpu`, `opencl`, `opencl:N`), each opened once per process
+/// The devices named in `names` (`cpu`, `opencl`, `opencl:N`, `cuda`, `cuda:N`), each opened once per process
 /// and thread count and shared (an OpenCL device builds its kernel program when opened).
 /// An unknown or absent device is an `OptionsError` listing the devices present.
 pub(crate) fn devices_named(names: &[String], threads: usize) -> PyResult<Vec<Arc<dyn Device>>> {

@@ -470,10 +470,11 @@ class CompileOptions:
     - ``alignment``: byte alignment of arena buffers (a power of two).
     - ``threads``: CPU worker threads (0 = all cores).
     - ``devices``: the devices to compile for, by name (``"cpu"``, ``"opencl"``,
-      ``"opencl:N"``; ``tg devices`` lists them). With one, every step runs on it; with
-      several, the planner places each op on one of them from the kernel times measured on
-      each (``tg profile --device NAME``), inserting a transfer at every cross-device edge.
-      The first is home: inputs arrive and outputs leave there.
+      ``"opencl:N"``, ``"cuda"``, ``"cuda:N"``; ``tg devices`` lists them). With one, every
+      step runs on it; with several, the planner places each op on one of them from the
+      kernel times measured on each (``tg profile --device NAME``; a device without them is
+      measured on first use: its roofline and links), inserting a transfer at every
+      cross-device edge. The first is home: inputs arrive and outputs leave there.
     - ``place``: ops pinned to a device, ``"OP_PATTERN=DEVICE"`` (``*`` is a wildcard, e.g.
       ``"attention*=opencl"``).
     """
