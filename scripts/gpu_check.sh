@@ -235,6 +235,14 @@ HF="$WORK/g-hf"
 export G HF
 run_step "d. synth gemma3-270m" 120 '"$TG" synth gemma3-270m --seed 1 $SYNTH_LAYERS --out "$G" --hf-dir "$HF" && ls -l "$G" "$HF"' 240
 
+# Where the planner puts Gemma across cpu,cuda and why (no kernel profile of the GPU here:
+# its roofline and links are measured on first use and planned from).
+run_step "d. placement cpu,cuda" 90 '
+    "$TG" plan -m "$G" -s 5 --device cpu,cuda -t $CPU_THREADS > "$OUT/plan_cpu_cuda_s5.txt" 2>&1
+    "$TG" plan -m "$G" -s 1 --incremental 384 --device cpu,cuda -t $CPU_THREADS > "$OUT/plan_cpu_cuda_decode.txt" 2>&1
+    grep -h "first use\|no kernel times" "$OUT/plan_cpu_cuda_s5.txt" | head -2
+    for f in s5 decode; do echo "-- $f"; grep -A5 "placement:" "$OUT/plan_cpu_cuda_$f.txt"; done' 240
+
 bench() { # STEP-NAME JSON-FILE TG-BENCH-ARGS
     run_step "$1" 120 '"$TG" bench -m "$G" $BENCH_ARGS '"$3"' -o json > "$OUT/'"$2"'" && $REPORT bench "$OUT/'"$2"'"' "$4"
 }
