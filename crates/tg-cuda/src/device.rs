@@ -15,7 +15,7 @@ use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfun
 use tg_gpu::{Launch, Target, Tuning, KERNEL_NAMES};
 use tg_ir::WeightStore;
 use tg_runtime::device::{check_range, new_device_id};
-use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelRegistry};
+use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelRegistry, WeightUploads};
 
 use crate::driver::{self, check, error_text, is_sticky, Props};
 use crate::marshal::{marshal, Param};
@@ -189,10 +189,6 @@ struct Function {
     max_threads: usize,
 }
 
-/// Weights uploaded so far, by (store address, name); the store is kept so its address cannot
-/// be reused by another store while the entry exists.
-type WeightCache = HashMap<(usize, String), (Arc<dyn WeightStore + Send + Sync>, Arc<DeviceBuffer>)>;
-
 /// Bytes of the status words: four i32 (code, three details).
 const STATUS_BYTES: usize = 16;
 /// The staging buffer grows to this at most; longer transfers go in chunks.
@@ -213,7 +209,7 @@ pub struct CudaDevice {
     scratch: Mutex<Option<DevMem>>,
     staging: Mutex<Option<Pinned>>,
     tuning: Mutex<Tuning>,
-    weights: Mutex<WeightCache>,
+    weights: WeightUploads,
     _module: Module,
     ctx: Arc<Ctx>,
 }
@@ -353,7 +349,7 @@ impl CudaDevice {
             scratch: Mutex::new(None),
             staging: Mutex::new(None),
             tuning: Mutex::new(Tuning::default()),
-            weights: Mutex::new(HashMap::new()),
+            weights: WeightUploads::default(),
             _module: module,
             ctx,
         })
@@ -428,12 +424,7 @@ impl CudaDevice {
         let r = unsafe { sys::cuMemcpyDtoHAsync_v2(words.as_mut_ptr().cast(), self.status.ptr, STATUS_BYTES, self.ctx.stream) };
         self.ok(r, "reading the status words")?;
         self.sync("reading the status words")?;
-        let msg = match words[0] {
-            0 => return Ok(()),
-            1 => format!("store_rows: rows {}..{} past the state's {} along the axis", words[1], words[1] as i64 + words[2] as i64, words[3]),
-            2 => format!("gather: id {} at position {} outside the table's {} rows", words[1], words[2], words[3]),
-            c => format!("unknown kernel error code {c}"),
-        };
+        let Some(msg) = tg_gpu::status_message(words) else { return Ok(()) };
         // SAFETY: 16 bytes of our status allocation, on our stream.
         let r = unsafe { sys::cuMemsetD8Async(self.status.ptr, 0, STATUS_BYTES, self.ctx.stream) };
         self.ok(r, "clearing the status words")?;
@@ -512,17 +503,11 @@ impl tg_runtime::Device for CudaDevice {
     }
 
     fn bind_weight(&self, store: &Arc<dyn WeightStore + Send + Sync>, name: &str) -> Result<Arc<DeviceBuffer>, DeviceError> {
-        let key = (Arc::as_ptr(store) as *const () as usize, name.to_string());
-        let mut cache = self.weights.lock().map_err(|_| self.driver_err("weight cache lock poisoned".into()))?;
-        if let Some((_, b)) = cache.get(&key) {
-            return Ok(b.clone());
-        }
-        let bytes = store.bytes(name).ok_or_else(|| DeviceError::MissingWeight(name.into()))?;
-        let buf = self.alloc(bytes.len())?;
-        self.write(&buf, 0, bytes)?;
-        let buf = Arc::new(buf);
-        cache.insert(key, (store.clone(), buf.clone()));
-        Ok(buf)
+        self.weights.get_or_upload(&self.name, store, name, |bytes| {
+            let buf = self.alloc(bytes.len())?;
+            self.write(&buf, 0, bytes)?;
+            Ok(buf)
+        })
     }
 
     fn write(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), DeviceError> {

@@ -127,6 +127,17 @@ pub fn source_hash(target: Target) -> u64 {
     source(target).bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
+/// The error the kernels recorded in a device's status words (`report_error` of `common.h`:
+/// code, then three details), or `None` when they recorded none.
+pub fn status_message(words: [i32; 4]) -> Option<String> {
+    Some(match words[0] {
+        0 => return None,
+        1 => format!("store_rows: rows {}..{} past the state's {} along the axis", words[1], words[1] as i64 + words[2] as i64, words[3]),
+        2 => format!("gather: id {} at position {} outside the table's {} rows", words[1], words[2], words[3]),
+        c => format!("unknown kernel error code {c}"),
+    })
+}
+
 /// One line per family on how the shared kernels implement it (`tg devices --kernels`).
 pub fn family_note(family: &str) -> &'static str {
     match family {

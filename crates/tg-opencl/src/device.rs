@@ -10,11 +10,10 @@ use opencl3::device::{Device as ClDevice, CL_DEVICE_TYPE_ALL};
 use opencl3::memory::{Buffer, CL_MEM_READ_WRITE};
 use opencl3::types::CL_BLOCKING;
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use tg_ir::WeightStore;
 use tg_runtime::device::{check_range, new_device_id};
-use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelRegistry};
+use tg_runtime::{Arg, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, Kernel, KernelRegistry, WeightUploads};
 
 /// A `cl_mem` buffer of ours. Writes go through the queue (the OpenCL runtime orders them);
 /// the cell only lets the wrapper call the `&mut` methods of `opencl3`.
@@ -38,9 +37,6 @@ impl ClBuf {
     }
 }
 
-/// Weights uploaded so far, by (store address, name); the store is kept so its address cannot
-/// be reused by another store while the entry exists.
-type WeightCache = HashMap<(usize, String), (Arc<dyn WeightStore + Send + Sync>, Arc<DeviceBuffer>)>;
 
 /// An OpenCL device with its context, queue and built kernels.
 pub struct OpenClDevice {
@@ -50,8 +46,8 @@ pub struct OpenClDevice {
     context: Context,
     queue: CommandQueue,
     kernels: ClKernels,
-    /// Weights uploaded so far (see [`WeightCache`]).
-    weights: Mutex<WeightCache>,
+    /// Weights uploaded so far, kept for every plan that binds them.
+    weights: WeightUploads,
 }
 
 /// One OpenCL device found on the machine.
@@ -135,7 +131,7 @@ impl OpenClDevice {
         #[allow(deprecated)]
         let queue = CommandQueue::create_default(&context, 0).map_err(api(&format!("{name}: create queue")))?;
         let kernels = ClKernels::build(&context, &dev).map_err(|e: ClError| format!("{name}: {e}"))?;
-        Ok(OpenClDevice { id: new_device_id(), name, info: f.info.clone(), context, queue, kernels, weights: Mutex::new(HashMap::new()) })
+        Ok(OpenClDevice { id: new_device_id(), name, info: f.info.clone(), context, queue, kernels, weights: WeightUploads::default() })
     }
 
     fn buf<'a>(&self, b: &'a DeviceBuffer) -> Result<&'a ClBuf, DeviceError> {
@@ -190,17 +186,11 @@ impl tg_runtime::Device for OpenClDevice {
     }
 
     fn bind_weight(&self, store: &Arc<dyn WeightStore + Send + Sync>, name: &str) -> Result<Arc<DeviceBuffer>, DeviceError> {
-        let key = (Arc::as_ptr(store) as *const () as usize, name.to_string());
-        let mut cache = self.weights.lock().map_err(|_| self.driver("weight cache lock poisoned".into()))?;
-        if let Some((_, b)) = cache.get(&key) {
-            return Ok(b.clone());
-        }
-        let bytes = store.bytes(name).ok_or_else(|| DeviceError::MissingWeight(name.into()))?;
-        let buf = self.alloc(bytes.len())?;
-        self.write(&buf, 0, bytes)?;
-        let buf = Arc::new(buf);
-        cache.insert(key, (store.clone(), buf.clone()));
-        Ok(buf)
+        self.weights.get_or_upload(&self.name, store, name, |bytes| {
+            let buf = self.alloc(bytes.len())?;
+            self.write(&buf, 0, bytes)?;
+            Ok(buf)
+        })
     }
 
     fn write(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), DeviceError> {

@@ -267,12 +267,7 @@ impl ClKernels {
         // SAFETY: blocking read into a host array of the buffer's size.
         unsafe { queue.enqueue_read_buffer(&status, CL_BLOCKING, 0, &mut words, &[]) }.map_err(|e| format!("reading the status buffer: {e}"))?;
         let w = |i: usize| i32::from_le_bytes([words[4 * i], words[4 * i + 1], words[4 * i + 2], words[4 * i + 3]]);
-        let msg = match w(0) {
-            0 => return Ok(()),
-            1 => format!("store_rows: rows {}..{} past the state's {} along the axis", w(1), w(1) as i64 + w(2) as i64, w(3)),
-            2 => format!("gather: id {} at position {} outside the table's {} rows", w(1), w(2), w(3)),
-            c => format!("unknown kernel error code {c}"),
-        };
+        let Some(msg) = tg_gpu::status_message([w(0), w(1), w(2), w(3)]) else { return Ok(()) };
         let zeros = [0u8; STATUS_BYTES];
         // SAFETY: blocking write from a host array of the buffer's size.
         unsafe { queue.enqueue_write_buffer(&mut status, CL_BLOCKING, 0, &zeros, &[]) }.map_err(|e| format!("clearing the status buffer: {e}"))?;

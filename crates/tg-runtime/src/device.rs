@@ -271,6 +271,37 @@ pub trait Device: Send + Sync {
     fn launch(&self, queue: usize, kernel: &Kernel, inputs: &[Arg], output: Arg) -> Result<(), String>;
 }
 
+/// The weights a device with its own memory has uploaded, by (store, name): what
+/// [`Device::bind_weight`] keeps so that every plan binding the same weight of the same store
+/// shares one copy. The store is held, so its address cannot be reused by another store while
+/// an entry exists.
+#[derive(Default)]
+pub struct WeightUploads {
+    entries: std::sync::Mutex<std::collections::HashMap<(usize, String), (Arc<dyn WeightStore + Send + Sync>, Arc<DeviceBuffer>)>>,
+}
+
+impl WeightUploads {
+    /// The buffer of weight `name` of `store` on `device` (named in errors): the kept one, or
+    /// a new one from `upload(bytes)` (which allocates and writes it), kept for later calls.
+    pub fn get_or_upload(
+        &self,
+        device: &str,
+        store: &Arc<dyn WeightStore + Send + Sync>,
+        name: &str,
+        upload: impl FnOnce(&[u8]) -> Result<DeviceBuffer, DeviceError>,
+    ) -> Result<Arc<DeviceBuffer>, DeviceError> {
+        let key = (Arc::as_ptr(store) as *const () as usize, name.to_string());
+        let mut cache = self.entries.lock().map_err(|_| DeviceError::Driver { device: device.into(), detail: "weight cache lock poisoned".into() })?;
+        if let Some((_, b)) = cache.get(&key) {
+            return Ok(b.clone());
+        }
+        let bytes = store.bytes(name).ok_or_else(|| DeviceError::MissingWeight(name.into()))?;
+        let buf = Arc::new(upload(bytes)?);
+        cache.insert(key, (store.clone(), buf.clone()));
+        Ok(buf)
+    }
+}
+
 /// Checks that `[offset, offset + len)` lies inside `buf`.
 pub fn check_range(device: &str, buf: &DeviceBuffer, offset: usize, len: usize) -> Result<(), DeviceError> {
     match offset.checked_add(len) {

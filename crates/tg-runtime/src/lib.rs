@@ -16,7 +16,7 @@ pub mod registry;
 
 pub use contract::window_2d;
 pub use cpu::{cpu_registry, CpuDevice};
-pub use device::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event};
+pub use device::{Arg, Device, DeviceBuffer, DeviceError, DeviceInfo, DeviceKind, Event, WeightUploads};
 pub use exec::{Executable, Span, StateSet};
 pub use plan::{ArenaDesc, BufferDesc, Kernel, Layout, Plan, Step, Storage, TensorRef};
 pub use registry::{broadcast_layout, select, work, Contract, KernelEntry, KernelRegistry, Operand, Refusal, Work, FAMILIES};

@@ -358,6 +358,42 @@ fn row_len(ty: GgmlType) -> usize {
     }
 }
 
+/// A quantized product case: `x [xs]` (uniform in [-1, 1], its first element set to
+/// `outlier` when given) times a `[n, k]` weight of `ty` (random blocks), transposed, plus an
+/// f32 `addend` of the given shape when given, in f32 or q8 numerics; named
+/// `"{head} {numerics}{tail}"` (lower case).
+#[allow(clippy::too_many_arguments)]
+fn matmul_quant_case(head: &str, tail: &str, ty: GgmlType, xs: &[usize], n: usize, qa: bool, outlier: Option<f32>, addend: Option<&[usize]>) -> Case {
+    let k = *xs.last().expect("x has a last dim");
+    let mut b = B::new(format!("{head} {}{tail}", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
+    let seed = b.rng.gen();
+    let wb = tg_quant::random_blocks(ty, n * k, seed);
+    let mut xd = b.uniform(numel(xs), -1.0, 1.0);
+    if let Some(v) = outlier {
+        xd[0] = v;
+    }
+    let x = b.input(xs, f(xd.clone()), &[]);
+    let check = match (qa, q8_act(ty)) {
+        (true, Some(act)) => {
+            b.reference_values(x, q8_round(&xd, k, act));
+            Q8
+        }
+        _ => MATMUL,
+    };
+    let w = b.weight(wdtype(ty), &[n, k], wb);
+    match addend {
+        Some(cs) => {
+            let c = b.f32_in(cs, &[], -1.0, 1.0);
+            let o = b.g.push(Op::MatMulAdd { transpose_rhs: true }, &[x, w, c], None).expect("matmul_add");
+            b.finish(Kernel::MatMulQuantAdd { quantize_activations: qa }, o, check)
+        }
+        None => {
+            let o = b.g.matmul(x, w, true).expect("matmul");
+            b.finish(Kernel::MatMulQuant { quantize_activations: qa }, o, check)
+        }
+    }
+}
+
 fn matmul_quant(v: &mut Vec<Case>) {
     let n = 37;
     for ty in TYPES {
@@ -367,22 +403,8 @@ fn matmul_quant(v: &mut Vec<Case>) {
             for qa in [false, true] {
                 let mut xs = lead.clone();
                 xs.push(k);
-                let mut b = B::new(format!("{ty} x{xs:?} · W[{n},{k}]ᵀ {}", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
-                let seed = b.rng.gen();
-                let wb = tg_quant::random_blocks(ty, n * k, seed);
-                let mut xd = b.uniform(numel(&xs), -1.0, 1.0);
-                xd[0] = 2.5; // an outlier: its block's scale is larger
-                let x = b.input(&xs, f(xd.clone()), &[]);
-                let check = match (qa, q8_act(ty)) {
-                    (true, Some(act)) => {
-                        b.reference_values(x, q8_round(&xd, k, act));
-                        Q8
-                    }
-                    _ => MATMUL,
-                };
-                let w = b.weight(wdtype(ty), &[n, k], wb);
-                let o = b.g.matmul(x, w, true).expect("matmul");
-                v.push(b.finish(Kernel::MatMulQuant { quantize_activations: qa }, o, check));
+                // An outlier: its block's scale is larger.
+                v.push(matmul_quant_case(&format!("{ty} x{xs:?} · W[{n},{k}]ᵀ"), "", ty, &xs, n, qa, Some(2.5), None));
             }
         }
     }
@@ -393,22 +415,7 @@ fn matmul_quant(v: &mut Vec<Case>) {
             for qa in [false, true] {
                 let mut xs = lead.clone();
                 xs.push(k);
-                let mut b = B::new(format!("{ty} x{xs:?} · W[{n},{k}]ᵀ + {what} {}", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
-                let seed = b.rng.gen();
-                let wb = tg_quant::random_blocks(ty, n * k, seed);
-                let xd = b.uniform(numel(&xs), -1.0, 1.0);
-                let x = b.input(&xs, f(xd.clone()), &[]);
-                let check = match (qa, q8_act(ty)) {
-                    (true, Some(act)) => {
-                        b.reference_values(x, q8_round(&xd, k, act));
-                        Q8
-                    }
-                    _ => MATMUL,
-                };
-                let w = b.weight(wdtype(ty), &[n, k], wb);
-                let c = b.f32_in(&cshape, &[], -1.0, 1.0);
-                let o = b.g.push(Op::MatMulAdd { transpose_rhs: true }, &[x, w, c], None).expect("matmul_add");
-                v.push(b.finish(Kernel::MatMulQuantAdd { quantize_activations: qa }, o, check));
+                v.push(matmul_quant_case(&format!("{ty} x{xs:?} · W[{n},{k}]ᵀ + {what}"), "", ty, &xs, n, qa, None, Some(&cshape)));
             }
         }
     }
@@ -812,34 +819,10 @@ fn gpu_paths(v: &mut Vec<Case>) {
         for qa in [false, true] {
             let mut xs = lead.clone();
             xs.push(k);
-            let mut b = B::new(format!("{ty} x{xs:?} · W[{n},{k}]ᵀ {} (gpu tiles)", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
-            let seed = b.rng.gen();
-            let wb = tg_quant::random_blocks(ty, n * k, seed);
-            let xd = b.uniform(numel(&xs), -1.0, 1.0);
-            let x = b.input(&xs, f(xd.clone()), &[]);
-            let check = match (qa, q8_act(ty)) {
-                (true, Some(act)) => {
-                    b.reference_values(x, q8_round(&xd, k, act));
-                    Q8
-                }
-                _ => MATMUL,
-            };
-            let w = b.weight(wdtype(ty), &[n, k], wb);
-            let o = b.g.matmul(x, w, true).expect("matmul");
-            v.push(b.finish(Kernel::MatMulQuant { quantize_activations: qa }, o, check));
+            v.push(matmul_quant_case(&format!("{ty} x{xs:?} · W[{n},{k}]ᵀ"), " (gpu tiles)", ty, &xs, n, qa, None, None));
         }
     }
-    {
-        let (ty, m, n, k) = (GgmlType::Q4_K, 67usize, 96usize, 256usize);
-        let mut b = B::new(format!("{ty} x[{m},{k}] · W[{n},{k}]ᵀ + residual f32 numerics (gpu tiles)").to_lowercase());
-        let seed = b.rng.gen();
-        let wb = tg_quant::random_blocks(ty, n * k, seed);
-        let x = b.f32_in(&[m, k], &[], -1.0, 1.0);
-        let w = b.weight(wdtype(ty), &[n, k], wb);
-        let c = b.f32_in(&[m, n], &[], -1.0, 1.0);
-        let o = b.g.push(Op::MatMulAdd { transpose_rhs: true }, &[x, w, c], None).expect("matmul_add");
-        v.push(b.finish(Kernel::MatMulQuantAdd { quantize_activations: false }, o, MATMUL));
-    }
+    v.push(matmul_quant_case("q4_k x[67,256] · W[96,256]ᵀ + residual", " (gpu tiles)", GgmlType::Q4_K, &[67, 256], 96, false, None, Some(&[67, 96])));
     for (what, a_shape, a_views, b_shape, b_views, tr) in [
         ("[70,40]·[40,130]", vec![70usize, 40], vec![], vec![40usize, 130], vec![], false),
         ("[70,40]·[130,40]ᵀ", vec![70, 40], vec![], vec![130, 40], vec![], true),
@@ -941,21 +924,7 @@ fn large(v: &mut Vec<Case>) {
     for ty in [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
         let (n, k) = (130usize, if ty.block_size() == 256 { 1024 } else { 320 });
         for qa in [false, true] {
-            let mut b = B::new(format!("{ty} x[33,{k}] · w[{n},{k}]ᵀ {} (large)", if qa { "q8 numerics" } else { "f32 numerics" }).to_lowercase());
-            let seed = b.rng.gen();
-            let wb = tg_quant::random_blocks(ty, n * k, seed);
-            let xd = b.uniform(33 * k, -1.0, 1.0);
-            let x = b.input(&[33, k], f(xd.clone()), &[]);
-            let check = match (qa, q8_act(ty)) {
-                (true, Some(act)) => {
-                    b.reference_values(x, q8_round(&xd, k, act));
-                    Q8
-                }
-                _ => MATMUL,
-            };
-            let w = b.weight(wdtype(ty), &[n, k], wb);
-            let o = b.g.matmul(x, w, true).expect("matmul");
-            v.push(b.finish(Kernel::MatMulQuant { quantize_activations: qa }, o, check));
+            v.push(matmul_quant_case(&format!("{ty} x[33,{k}] · w[{n},{k}]ᵀ"), " (large)", ty, &[33, k], n, qa, None, None));
         }
     }
     {
