@@ -27,7 +27,8 @@ pub struct BenchEmbedArgs {
     /// Thread counts, comma separated.
     #[arg(short = 't', long = "threads", default_value = "2", value_delimiter = ',')]
     threads: Vec<usize>,
-    /// Device to run on: `cpu` (default), `opencl`, `opencl:N` (`tg devices` lists them).
+    /// Devices to run on, comma separated: `cpu` (default), `opencl`, `opencl:N`, `cuda`,
+    /// `cuda:N`, or several (`cpu,cuda`; the first is home). `tg devices` lists them.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Timed repetitions per workload.
@@ -92,7 +93,7 @@ pub fn run(a: BenchEmbedArgs) -> Result<(), String> {
     let dir = model_path::resolve_embedding(a.model)?;
     let mut rows = Vec::new();
     for &t in &a.threads {
-        let mut m = EmbeddingGemma::load_on(&dir, crate::device(&a.device, t)?).map_err(|e| e.to_string())?;
+        let mut m = EmbeddingGemma::load_on_devices(&dir, crate::devices_named(&a.device, t)?).map_err(|e| e.to_string())?;
         m.set_compile_options(crate::machine_options());
         m.set_profiling(a.profile);
         let long = exact_token_text(&m, &words, 512)?;

@@ -624,7 +624,7 @@ fn embed(
 ) -> Res<()> {
     let t0 = std::time::Instant::now();
     let dir = model_path::resolve_embedding(model)?;
-    let mut m = tg_models::EmbeddingGemma::load_on(&dir, device(device_name, threads)?).map_err(|e| e.to_string())?;
+    let mut m = tg_models::EmbeddingGemma::load_on_devices(&dir, devices_named(device_name, threads)?).map_err(|e| e.to_string())?;
     m.set_compile_options(machine_options());
     m.set_profiling(report.is_some());
     let finish = |m: &tg_models::EmbeddingGemma| match &report {

@@ -141,3 +141,36 @@ fn malformed_model_folders_are_clear_errors() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+/// `--device` takes a list here as in `tg generate` (it once said "unknown device
+/// 'cpu,opencl'"): the same texts on `cpu` and on `cpu,opencl` give the same embeddings. The
+/// second device gets only pinned ops (`TG_FIRST_USE=off`: no first-use measurement written to
+/// the cache), so this checks how devices are opened, not placement.
+#[test]
+fn device_lists_open_like_every_other_command() {
+    let Some(m) = model() else { return };
+    if tg_devices::open("opencl", 1).is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set and there is no OpenCL device");
+        eprintln!("SKIPPED: no OpenCL device");
+        return;
+    }
+    let run = |device: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tg"))
+            .env("TG_FIRST_USE", "off")
+            .args(["embed", "--model", m.to_str().unwrap(), "--json", "--device", device, "first text", "second"])
+            .output()
+            .expect("run tg");
+        assert!(out.status.success(), "--device {device}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        v["embeddings"].as_array().expect("embeddings").iter().map(|r| r.as_array().expect("row").iter().map(|x| x.as_f64().expect("f64")).collect::<Vec<f64>>()).collect::<Vec<_>>()
+    };
+    let (one, two) = (run("cpu"), run("cpu,opencl"));
+    assert_eq!(one.len(), two.len());
+    for (a, b) in one.iter().zip(&two) {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        assert!(dot > 0.99999, "cosine {dot}");
+    }
+    let (code, _, err) = tg(&["embed", "--model", m.to_str().unwrap(), "--device", "cpu,nope", "x"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("unknown device 'nope'") && !err.contains("panicked"), "{err}");
+}
