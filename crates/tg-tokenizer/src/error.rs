@@ -22,9 +22,31 @@ pub enum TokenizerError {
 
     /// `tokenizer.ggml.model` names a tokenizer this crate does not implement.
     #[error(
-        "unsupported tokenizer model `{0}` (only the SentencePiece model \"llama\" is supported)"
+        "unsupported tokenizer model `{0}` (supported: \"llama\" = SentencePiece, \"gpt2\" = byte-level BPE)"
     )]
     UnsupportedModel(String),
+
+    /// `tokenizer.ggml.pre` names a pre-tokenizer (regex set) this crate does not know.
+    #[error("unknown pre-tokenizer: metadata key `{key}` is {value:?} (known: {known})")]
+    UnknownPreTokenizer {
+        /// The metadata key (`tokenizer.ggml.pre`).
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+
+    /// An entry of `tokenizer.ggml.merges` cannot be used.
+    #[error("BPE merge {index} ({merge:?}) is invalid: {reason}")]
+    BadMerge {
+        /// Position in the merge list (its rank).
+        index: usize,
+        /// The entry.
+        merge: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 
     /// The vocabulary has no tokens.
     #[error("the vocabulary is empty")]
@@ -151,6 +173,21 @@ pub enum TokenizerError {
     /// template names a special token it does not list, ...).
     #[error("tokenizer.json is invalid: {0}")]
     HfInvalid(String),
+
+    /// A chat template (`tokenizer.chat_template`) does not compile, or
+    /// rendering it failed (including a template's own `raise_exception`).
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+
+    /// A chat message list (OpenAI-style JSON) is malformed. `index` is the
+    /// offending entry, `None` when the document as a whole is wrong.
+    #[error("chat messages: {}{detail}", match index { Some(i) => format!("entry {i}: "), None => String::new() })]
+    ChatMessages {
+        /// The entry (0-based) that is wrong, if one is.
+        index: Option<usize>,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// The `tokenizers` library failed (or panicked) while loading,
     /// encoding or decoding.

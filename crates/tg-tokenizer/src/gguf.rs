@@ -2,12 +2,18 @@
 
 use tg_gguf::{GgufFile, Value};
 
-use crate::{Tokenizer, TokenizerError, Vocab};
+use crate::{BpeVocab, Tokenizer, TokenizerError, Vocab};
 
 /// GGUF metadata keys read by the tokenizer.
 pub mod keys {
-    /// Tokenizer model name; must be `"llama"` (SentencePiece).
+    /// Tokenizer model name: `"llama"` (SentencePiece) or `"gpt2"` (byte-level BPE).
     pub const MODEL: &str = "tokenizer.ggml.model";
+    /// BPE merges, `"left right"` strings, highest priority first (`"gpt2"` only).
+    pub const MERGES: &str = "tokenizer.ggml.merges";
+    /// BPE pre-tokenizer name, e.g. `"qwen2"` (`"gpt2"` only; default `"default"`).
+    pub const PRE: &str = "tokenizer.ggml.pre";
+    /// The Jinja chat template (Hugging Face's `chat_template`).
+    pub const CHAT_TEMPLATE: &str = "tokenizer.chat_template";
     /// Token texts.
     pub const TOKENS: &str = "tokenizer.ggml.tokens";
     /// Token scores.
@@ -36,11 +42,21 @@ pub mod keys {
 
 impl Vocab {
     /// Reads the vocabulary through a metadata lookup (`key -> value`), as
-    /// stored in GGUF files. Required: `tokenizer.ggml.model` (= `"llama"`),
-    /// `tokens`, `scores`, `token_type`, `bos_token_id`, `eos_token_id`.
-    /// Optional: the unknown, padding, eot and eom ids, `add_bos_token`
-    /// (default true), `add_eos_token` (default false) and `add_space_prefix`
-    /// (default true, llama.cpp's default for SentencePiece vocabularies).
+    /// stored in GGUF files.
+    ///
+    /// SentencePiece (`tokenizer.ggml.model = "llama"`): required `tokens`,
+    /// `scores`, `token_type`, `bos_token_id`, `eos_token_id`; optional the
+    /// unknown, padding, eot and eom ids, `add_bos_token` (default true),
+    /// `add_eos_token` (default false) and `add_space_prefix` (default true,
+    /// llama.cpp's default for SentencePiece vocabularies).
+    ///
+    /// Byte-level BPE (`"gpt2"`): required `tokens`, `merges`,
+    /// `bos_token_id`, `eos_token_id`; optional `token_type` (default all
+    /// normal), `scores` (unused; default 0), `pre` (default `"default"`;
+    /// an unknown name is [`TokenizerError::UnknownPreTokenizer`]), the
+    /// other ids, `add_bos_token` (default true for the Llama 3 family,
+    /// false otherwise, as in llama.cpp), `add_eos_token` (default false)
+    /// and `add_space_prefix` (default false).
     pub fn from_metadata<'a>(
         get: impl Fn(&str) -> Option<&'a Value>,
     ) -> Result<Vocab, TokenizerError> {
@@ -56,9 +72,11 @@ impl Vocab {
         let model = model_val
             .as_str()
             .ok_or_else(|| wrong(keys::MODEL, "string", model_val.describe()))?;
-        if model != "llama" {
-            return Err(TokenizerError::UnsupportedModel(model.to_string()));
-        }
+        let is_bpe = match model {
+            "llama" => false,
+            "gpt2" => true,
+            other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
+        };
 
         let array =
             |key: &'static str, expected: &'static str| -> Result<&'a [Value], TokenizerError> {
@@ -81,25 +99,67 @@ impl Vocab {
             })
             .collect::<Result<Vec<_>, _>>()?;
 
+        // BPE vocabularies may omit scores (unused) and token types (all
+        // normal), as llama.cpp allows.
         const FLOATS: &str = "array of f32";
-        let scores = array(keys::SCORES, FLOATS)?
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_f32()
-                    .ok_or_else(|| elem_err(keys::SCORES, FLOATS, i, v))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let scores = if is_bpe && get(keys::SCORES).is_none() {
+            vec![0.0; tokens.len()]
+        } else {
+            array(keys::SCORES, FLOATS)?
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_f32()
+                        .ok_or_else(|| elem_err(keys::SCORES, FLOATS, i, v))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
 
         const INTS: &str = "array of i32";
-        let token_types = array(keys::TOKEN_TYPE, INTS)?
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                v.as_i32()
-                    .ok_or_else(|| elem_err(keys::TOKEN_TYPE, INTS, i, v))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let token_types = if is_bpe && get(keys::TOKEN_TYPE).is_none() {
+            vec![crate::TokenType::Normal.code(); tokens.len()]
+        } else {
+            array(keys::TOKEN_TYPE, INTS)?
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_i32()
+                        .ok_or_else(|| elem_err(keys::TOKEN_TYPE, INTS, i, v))
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+
+        let bpe = if is_bpe {
+            let merges = array(keys::MERGES, STRINGS)?
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| elem_err(keys::MERGES, STRINGS, i, v))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let pre = match get(keys::PRE) {
+                None => "default".to_string(),
+                Some(v) => v
+                    .as_str()
+                    .ok_or_else(|| wrong(keys::PRE, "string", v.describe()))?
+                    .to_string(),
+            };
+            Some(BpeVocab { merges, pre })
+        } else {
+            None
+        };
+        let pre = match &bpe {
+            Some(b) => Some(crate::bpe::find_pre(&b.pre).ok_or_else(|| {
+                TokenizerError::UnknownPreTokenizer {
+                    key: keys::PRE,
+                    value: b.pre.clone(),
+                    known: crate::bpe::known_pre_names(),
+                }
+            })?),
+            None => None,
+        };
 
         let id = |key: &'static str| -> Result<Option<u32>, TokenizerError> {
             match get(key) {
@@ -127,9 +187,10 @@ impl Vocab {
             pad: id(keys::PAD)?,
             eot: id(keys::EOT)?,
             eom: id(keys::EOM)?,
-            add_bos: flag(keys::ADD_BOS, true)?,
+            add_bos: flag(keys::ADD_BOS, pre.is_none_or(|p| p.add_bos))?,
             add_eos: flag(keys::ADD_EOS, false)?,
-            add_space_prefix: flag(keys::ADD_SPACE_PREFIX, true)?,
+            add_space_prefix: flag(keys::ADD_SPACE_PREFIX, !is_bpe)?,
+            bpe,
         })
     }
 
@@ -216,8 +277,13 @@ mod tests {
         }
 
         let mut m = meta();
+        m.insert(keys::MODEL, Value::from("bert"));
+        assert!(matches!(load(&m), Err(TokenizerError::UnsupportedModel(s)) if s == "bert"));
+
+        // A byte-level BPE vocabulary needs merges.
+        let mut m = meta();
         m.insert(keys::MODEL, Value::from("gpt2"));
-        assert!(matches!(load(&m), Err(TokenizerError::UnsupportedModel(s)) if s == "gpt2"));
+        assert!(matches!(load(&m), Err(TokenizerError::MissingKey(k)) if k == keys::MERGES));
 
         let mut m = meta();
         m.insert(keys::SCORES, Value::from(vec![0.5f32; 3]));

@@ -1,7 +1,11 @@
-//! SentencePiece (SPM) tokenizer built from GGUF metadata, token-for-token
-//! compatible with llama.cpp's `tokenizer.ggml.model = "llama"` tokenizer.
+//! Tokenizers built from GGUF metadata, token-for-token compatible with
+//! llama.cpp's: SentencePiece (`tokenizer.ggml.model = "llama"`, Gemma) and
+//! byte-level BPE (`"gpt2"`, Qwen 2 / Llama 3 / GPT-2), behind one
+//! [`Tokenizer`] type ([`Tokenizer::model_kind`] says which); chat templates
+//! ([`ChatTemplate`]); and Hugging Face `tokenizer.json` files
+//! ([`HfTokenizer`]).
 //!
-//! The pipeline for [`Tokenizer::encode`] is:
+//! The SentencePiece pipeline for [`Tokenizer::encode`] is:
 //!
 //! 1. **Special-token partitioning.** Every control, unknown and user-defined
 //!    token is a candidate; candidates are tried longest first and each one
@@ -22,6 +26,15 @@
 //! and unknown tokens are rendered (as their text) only when asked.
 //! [`StreamDecoder`] does the same one token at a time, holding back the
 //! bytes of incomplete UTF-8 characters.
+//!
+//! **Byte-level BPE** shares step 1 (the same special-token partitioning)
+//! and decoding's handling of control tokens; each raw fragment then goes
+//! through a `tokenizers` pipeline: the regex list llama.cpp uses for the
+//! file's `tokenizer.ggml.pre` (`qwen2`, `llama-bpe`, `gpt-2`, `default`,
+//! ...; each regex a `Split` with isolated matches), the byte-level
+//! alphabet, and a BPE model over the file's vocabulary and merges. Tokens
+//! decode to raw bytes (a character can be split over several tokens, which
+//! [`StreamDecoder`] holds back until complete).
 //!
 //! Like llama.cpp, a few tokens are reclassified by their text when the
 //! vocabulary is loaded (end-of-generation and fill-in-the-middle markers
@@ -46,6 +59,8 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bpe;
+mod chat;
 mod compat;
 mod decode;
 mod error;
@@ -59,11 +74,14 @@ mod tokenizer;
 mod vocab;
 
 #[cfg(test)]
+mod bpe_tests;
+#[cfg(test)]
 mod tests;
 
+pub use chat::{parse_messages, ChatTemplate, Message};
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
 pub use gguf::keys;
 pub use hf::{EncodeOptions, HfTokenizer};
-pub use tokenizer::Tokenizer;
-pub use vocab::{TokenType, Vocab};
+pub use tokenizer::{ModelKind, Tokenizer};
+pub use vocab::{BpeVocab, TokenType, Vocab};

@@ -69,21 +69,34 @@ pub(crate) struct SpmSession {
 }
 
 impl SpmSession {
-    /// Appends the tokens of `text` (whitespace already escaped) to `out`.
-    pub(crate) fn tokenize(&mut self, tok: &Tokenizer, mut text: &str, out: &mut Vec<u32>) {
+    /// Appends the tokens of `text` (whitespace already escaped) to `out`;
+    /// `byte_tokens[b]` is emitted for a byte `b` left outside every piece.
+    pub(crate) fn tokenize(
+        &mut self,
+        tok: &Tokenizer,
+        byte_tokens: &[u32; 256],
+        mut text: &str,
+        out: &mut Vec<u32>,
+    ) {
         while text.len() > MAX_FRAGMENT {
             let mut cut = MAX_FRAGMENT;
             while !text.is_char_boundary(cut) {
                 cut -= 1;
             }
             let (head, tail) = text.split_at(cut);
-            self.tokenize_fragment(tok, head, out);
+            self.tokenize_fragment(tok, byte_tokens, head, out);
             text = tail;
         }
-        self.tokenize_fragment(tok, text, out);
+        self.tokenize_fragment(tok, byte_tokens, text, out);
     }
 
-    fn tokenize_fragment(&mut self, tok: &Tokenizer, text: &str, out: &mut Vec<u32>) {
+    fn tokenize_fragment(
+        &mut self,
+        tok: &Tokenizer,
+        byte_tokens: &[u32; 256],
+        text: &str,
+        out: &mut Vec<u32>,
+    ) {
         self.symbols.clear();
         self.queue.clear();
         if text.is_empty() {
@@ -133,7 +146,7 @@ impl SpmSession {
             let piece = &bytes[s.start..s.start + s.len];
             match tok.lookup(piece) {
                 Some(id) => out.push(id),
-                None => out.extend(piece.iter().map(|&b| tok.byte_token(b))),
+                None => out.extend(piece.iter().map(|&b| byte_tokens[b as usize])),
             }
             i = s.next;
         }

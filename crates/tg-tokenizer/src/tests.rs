@@ -74,6 +74,7 @@ fn toy_vocab() -> Vocab {
         add_bos: true,
         add_eos: false,
         add_space_prefix: false,
+        bpe: None,
     }
 }
 

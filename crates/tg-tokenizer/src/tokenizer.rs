@@ -1,5 +1,6 @@
 //! The [`Tokenizer`]: construction, encoding and decoding.
 
+use crate::bpe::{self, BpeEncoder};
 use crate::compat;
 use crate::index::{Insert, TextIndex};
 use crate::special::{Fragment, SpecialMatcher};
@@ -22,7 +23,27 @@ pub(crate) mod attr {
     pub const SPECIAL: u8 = UNKNOWN | CONTROL;
 }
 
-/// A SentencePiece tokenizer compatible with llama.cpp's SPM tokenizer.
+/// Which tokenization algorithm a [`Tokenizer`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelKind {
+    /// SentencePiece with byte fallback (`tokenizer.ggml.model = "llama"`:
+    /// Gemma, Llama 2, ...): `▁` stands for a space, merges by score.
+    Spm,
+    /// Byte-level BPE (`"gpt2"`: Qwen 2, Llama 3, GPT-2, ...): token texts
+    /// in GPT-2's byte-level alphabet, regex pre-tokenizer, ranked merges.
+    Bpe,
+}
+
+/// What differs between the two models.
+enum Model {
+    /// Token emitted for each byte that is not part of a vocabulary piece.
+    Spm { byte_tokens: Box<[u32; 256]> },
+    Bpe(Box<BpeEncoder>),
+}
+
+/// A tokenizer compatible with llama.cpp's: SentencePiece
+/// ([`ModelKind::Spm`]) or byte-level BPE ([`ModelKind::Bpe`]), chosen by
+/// the vocabulary (`tokenizer.ggml.model`).
 ///
 /// Built once from a [`Vocab`] or a GGUF file; encoding and decoding take
 /// `&self` and can run from several threads at once.
@@ -36,8 +57,7 @@ pub struct Tokenizer {
     /// concatenated; token `i` is `pieces[piece_offsets[i]..piece_offsets[i + 1]]`.
     pieces: Vec<u8>,
     piece_offsets: Vec<u32>,
-    /// Token emitted for each byte that is not part of a vocabulary piece.
-    byte_tokens: [u32; 256],
+    model: Model,
     special: SpecialMatcher,
     bos: u32,
     eos: u32,
@@ -52,6 +72,8 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
+            .field("model", &self.model_kind())
+            .field("pre_tokenizer", &self.pre_tokenizer())
             .field("vocab_size", &self.vocab_size())
             .field("bos", &self.bos)
             .field("eos", &self.eos)
@@ -67,7 +89,8 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Builds a tokenizer, validating the vocabulary (array lengths, token
-    /// types, scores, special ids, duplicate texts, byte tokens).
+    /// types, scores, special ids, duplicate texts, byte tokens; for BPE the
+    /// pre-tokenizer name and every merge).
     pub fn from_vocab(v: Vocab) -> Result<Tokenizer, TokenizerError> {
         let types = v.validate()?;
         let n = v.tokens.len();
@@ -92,6 +115,18 @@ impl Tokenizer {
             }
         }
         drop(v.tokens);
+        // The BPE part and its pre-tokenizer; `None` for SentencePiece.
+        let bpe = match &v.bpe {
+            Some(b) => {
+                let pre = bpe::find_pre(&b.pre).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+                    key: crate::keys::PRE,
+                    value: b.pre.clone(),
+                    known: bpe::known_pre_names(),
+                })?;
+                Some((b, pre))
+            }
+            None => None,
+        };
 
         let mut attrs: Vec<u8> = types
             .iter()
@@ -120,10 +155,14 @@ impl Tokenizer {
             if a & (attr::SPECIAL | attr::USER_DEFINED) != 0 {
                 pieces.extend_from_slice(text.as_bytes());
             } else if a & attr::NORMAL != 0 {
-                let mut buf = [0u8; 4];
-                for ch in text.chars() {
-                    let ch = if ch == SPACE_MARK { ' ' } else { ch };
-                    pieces.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                if bpe.is_some() {
+                    bpe::decode_token_text(text, &mut pieces);
+                } else {
+                    let mut buf = [0u8; 4];
+                    for ch in text.chars() {
+                        let ch = if ch == SPACE_MARK { ' ' } else { ch };
+                        pieces.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                    }
                 }
             } else if a & attr::BYTE != 0 {
                 let byte = parse_byte_token(text).ok_or_else(|| TokenizerError::BadByteToken {
@@ -136,16 +175,22 @@ impl Tokenizer {
             piece_offsets.push(end);
         }
 
-        let mut byte_tokens = [0u32; 256];
-        for (b, slot) in byte_tokens.iter_mut().enumerate() {
-            let b = b as u8;
-            let hex = format!("<0x{b:02X}>");
-            *slot = texts
-                .lookup(hex.as_bytes())
-                .or_else(|| texts.lookup(&[b]))
-                .or(v.unk)
-                .ok_or(TokenizerError::NoByteFallback { byte: b })?;
-        }
+        let model = match bpe {
+            Some((b, pre)) => Model::Bpe(Box::new(BpeEncoder::new(&texts, &b.merges, &b.pre, pre)?)),
+            None => {
+                let mut byte_tokens = Box::new([0u32; 256]);
+                for (b, slot) in byte_tokens.iter_mut().enumerate() {
+                    let b = b as u8;
+                    let hex = format!("<0x{b:02X}>");
+                    *slot = texts
+                        .lookup(hex.as_bytes())
+                        .or_else(|| texts.lookup(&[b]))
+                        .or(v.unk)
+                        .ok_or(TokenizerError::NoByteFallback { byte: b })?;
+                }
+                Model::Spm { byte_tokens }
+            }
+        };
 
         let special = SpecialMatcher::new(attrs.iter().enumerate().filter_map(|(i, &a)| {
             let id = i as u32;
@@ -165,7 +210,7 @@ impl Tokenizer {
             attrs,
             pieces,
             piece_offsets,
-            byte_tokens,
+            model,
             special,
             bos: v.bos,
             eos: v.eos,
@@ -181,11 +226,11 @@ impl Tokenizer {
     /// Tokenizes `text`.
     ///
     /// `add_special` adds the model's BOS token in front when the model asks
-    /// for one (`add_bos_token`, true for Gemma) and EOS at the end when it
-    /// asks for that (`add_eos_token`), as llama.cpp's `add_special` does.
-    /// `parse_special` lets control tokens written in the text (such as
-    /// `<start_of_turn>`) become those tokens; user-defined tokens are matched
-    /// either way.
+    /// for one (`add_bos_token`: true for Gemma, false for Qwen 2) and EOS at
+    /// the end when it asks for that (`add_eos_token`), as llama.cpp's
+    /// `add_special` does. `parse_special` lets control tokens written in the
+    /// text (such as `<start_of_turn>` or `<|im_start|>`) become those tokens;
+    /// user-defined tokens are matched either way.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -195,6 +240,24 @@ impl Tokenizer {
         let mut frags = Vec::new();
         self.special
             .partition(text.as_bytes(), parse_special, &mut frags);
+        let byte_tokens = match &self.model {
+            Model::Spm { byte_tokens } => byte_tokens,
+            Model::Bpe(encoder) => {
+                for frag in frags {
+                    match frag {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Raw { start, end } => match text.get(start..end) {
+                            Some(raw) => encoder.encode(raw, &mut out),
+                            None => debug_assert!(false, "fragment {start}..{end} is not on char boundaries"),
+                        },
+                    }
+                }
+                if add_special && self.add_eos {
+                    out.push(self.eos);
+                }
+                return out;
+            }
+        };
         let mut session = SpmSession::default();
         let mut escaped = String::new();
         let mut prev_special = true;
@@ -218,7 +281,7 @@ impl Tokenizer {
                     for ch in raw.chars() {
                         escaped.push(if ch == ' ' { SPACE_MARK } else { ch });
                     }
-                    session.tokenize(self, &escaped, &mut out);
+                    session.tokenize(self, byte_tokens, &escaped, &mut out);
                     prev_special = false;
                 }
             }
@@ -243,6 +306,13 @@ impl Tokenizer {
     }
 
     /// Decodes `ids` into the exact bytes llama.cpp's detokenizer produces.
+    ///
+    /// For BPE vocabularies whose pre-tokenizer llama.cpp marks with
+    /// `clean_spaces` (GPT-2, Llama 3 and `default`, not Qwen 2) that
+    /// includes its clean-up of spaces before punctuation and contractions
+    /// (`"Hello , world"` decodes to `"Hello, world"`); [`crate::StreamDecoder`]
+    /// and [`Tokenizer::token_bytes`] do not apply it, like llama.cpp's
+    /// `token_to_piece`.
     pub fn decode_bytes(
         &self,
         ids: &[u32],
@@ -252,6 +322,11 @@ impl Tokenizer {
         for (i, &id) in ids.iter().enumerate() {
             let piece = self.token_bytes(id, render_special)?;
             out.extend_from_slice(self.strip_first(piece, i == 0));
+        }
+        if let Model::Bpe(encoder) = &self.model {
+            if encoder.pre.clean_spaces {
+                bpe::clean_spaces(&mut out);
+            }
         }
         Ok(out)
     }
@@ -280,7 +355,9 @@ impl Tokenizer {
         Ok(&self.pieces[start..end])
     }
 
-    /// The vocabulary text of token `id` (with `▁` for spaces, `<0xNN>` for bytes).
+    /// The vocabulary text of token `id` (SentencePiece: `▁` for spaces,
+    /// `<0xNN>` for bytes; byte-level BPE: GPT-2's byte alphabet, `Ġ` for a
+    /// space). [`Tokenizer::token_bytes`] gives the bytes it decodes to.
     pub fn token_text(&self, id: u32) -> Result<&str, TokenizerError> {
         let i = self.check_id(id)?;
         Ok(self.texts.get(i as u32))
@@ -304,6 +381,32 @@ impl Tokenizer {
     /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.texts.len()
+    }
+
+    /// The tokenization algorithm: SentencePiece or byte-level BPE.
+    pub fn model_kind(&self) -> ModelKind {
+        match self.model {
+            Model::Spm { .. } => ModelKind::Spm,
+            Model::Bpe(_) => ModelKind::Bpe,
+        }
+    }
+
+    /// The BPE pre-tokenizer's name (`tokenizer.ggml.pre`, e.g. `"qwen2"`);
+    /// `None` for SentencePiece.
+    pub fn pre_tokenizer(&self) -> Option<&str> {
+        match &self.model {
+            Model::Spm { .. } => None,
+            Model::Bpe(encoder) => Some(&encoder.pre_name),
+        }
+    }
+
+    /// The BPE encoder, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn bpe_encoder(&self) -> Option<&BpeEncoder> {
+        match &self.model {
+            Model::Spm { .. } => None,
+            Model::Bpe(encoder) => Some(encoder),
+        }
     }
 
     /// Beginning-of-sequence token.
@@ -375,11 +478,6 @@ impl Tokenizer {
     #[inline]
     pub(crate) fn score(&self, id: u32) -> f32 {
         self.scores[id as usize]
-    }
-
-    #[inline]
-    pub(crate) fn byte_token(&self, b: u8) -> u32 {
-        self.byte_tokens[b as usize]
     }
 }
 

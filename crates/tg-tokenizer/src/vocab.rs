@@ -7,7 +7,8 @@ use crate::TokenizerError;
 pub enum TokenType {
     /// 0: undefined; never produced by merges' output rendering (decodes to nothing).
     Undefined,
-    /// 1: an ordinary piece; `▁` in its text stands for a space.
+    /// 1: an ordinary piece; `▁` in its text stands for a space
+    /// (SentencePiece), or its text is in the byte-level alphabet (BPE).
     Normal,
     /// 2: the unknown token.
     Unknown,
@@ -78,8 +79,40 @@ pub struct Vocab {
     pub add_bos: bool,
     /// Whether encoding with `add_special` appends EOS.
     pub add_eos: bool,
-    /// Whether a space is prepended to raw text at the start and after special tokens.
+    /// Whether a space is prepended to raw text at the start and after
+    /// special tokens (SentencePiece only), and whether decoding drops one
+    /// leading space from the first token (both models, as llama.cpp does).
     pub add_space_prefix: bool,
+    /// `None` for a SentencePiece vocabulary (`tokenizer.ggml.model =
+    /// "llama"`); the merges and pre-tokenizer of a byte-level BPE vocabulary
+    /// (`"gpt2"`) otherwise.
+    pub bpe: Option<BpeVocab>,
+}
+
+/// The byte-level BPE part of a vocabulary (`tokenizer.ggml.model = "gpt2"`).
+///
+/// Token texts are in GPT-2's byte-level alphabet: every byte is one
+/// printable character (`Ġ` for a space, `Ċ` for a newline, ...).
+#[derive(Debug, Clone)]
+pub struct BpeVocab {
+    /// Merge rules, highest priority first, each two token texts separated by
+    /// one space (`tokenizer.ggml.merges`, e.g. `"Ġ t"`).
+    pub merges: Vec<String>,
+    /// The pre-tokenizer name (`tokenizer.ggml.pre`, e.g. `"qwen2"`): which of
+    /// llama.cpp's regex lists splits text into words before merging
+    /// ([`BpeVocab::known_pre_tokenizers`] lists the accepted names).
+    pub pre: String,
+}
+
+impl BpeVocab {
+    /// The `tokenizer.ggml.pre` values this crate accepts: llama.cpp's names
+    /// for the regex lists implemented here (`qwen2`, `llama-bpe`, `gpt-2`,
+    /// `default`, ...).
+    pub fn known_pre_tokenizers() -> impl Iterator<Item = &'static str> {
+        crate::bpe::PRE_TOKENIZERS
+            .iter()
+            .flat_map(|p| p.names.iter().copied())
+    }
 }
 
 impl Vocab {

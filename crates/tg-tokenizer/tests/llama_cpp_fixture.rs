@@ -1,22 +1,25 @@
-//! Token-for-token agreement with llama.cpp on the reference corpus in
-//! `tests/fixtures/tokenizer/llama_cpp_tokens.jsonl` (written by
-//! `tests/fixtures/tokenizer/gen_corpus.py` through llama.cpp's
-//! `llama_tokenize` / `llama_detokenize`). Every line is checked in every
-//! mode and all disagreements are reported, not just the first.
+//! Token-for-token agreement with llama.cpp on the reference corpora in
+//! `tests/fixtures/tokenizer/llama_cpp_tokens.jsonl` (Gemma 3, SentencePiece)
+//! and `tests/fixtures/tokenizer_qwen/llama_cpp_tokens.jsonl` (Qwen2.5-Coder,
+//! byte-level BPE), written by the `gen_corpus.py` next to each through
+//! llama.cpp's `llama_tokenize` / `llama_detokenize`. Every line is checked
+//! in every mode and all disagreements are reported, not just the first.
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use tg_tokenizer::Tokenizer;
 
-/// The corpus must have at least this many strings.
+/// Each corpus must have at least this many strings.
 const MIN_LINES: usize = 250;
 
-fn fixture_path() -> PathBuf {
+fn fixture_path(dir: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/tokenizer/llama_cpp_tokens.jsonl")
+        .join("../../tests/fixtures")
+        .join(dir)
+        .join("llama_cpp_tokens.jsonl")
 }
 
 fn ids_of(v: &Value, field: &str, line: usize) -> Vec<u32> {
@@ -79,16 +82,30 @@ fn matches_llama_cpp() {
     let Some((tok, _)) = common::gemma_tokenizer() else {
         return;
     };
-    let path = fixture_path();
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+    compare(tok, &fixture_path("tokenizer"));
+}
+
+#[test]
+fn qwen_matches_llama_cpp() {
+    let Some((tok, _)) = common::qwen_tokenizer() else {
+        return;
+    };
+    compare(tok, &fixture_path("tokenizer_qwen"));
+}
+
+/// Compares `tok` with every record of the fixture at `path`; prints the
+/// counts and every mismatch, then fails if there was any.
+fn compare(tok: &Tokenizer, path: &Path) {
+    let data = std::fs::read_to_string(path).unwrap_or_else(|e| {
         panic!(
-            "reading {}: {e}\nGenerate it with tests/fixtures/tokenizer/gen_corpus.py --model MODEL",
+            "reading {}: {e}\nGenerate it with the gen_corpus.py next to it (docs/fixtures.md)",
             path.display()
         )
     });
 
     let mut lines = 0;
     let mut checks = 0;
+    let mut tokens = 0;
     let mut failures: Vec<String> = Vec::new();
     for (i, line) in data.lines().enumerate() {
         let line_no = i + 1;
@@ -107,6 +124,7 @@ fn matches_llama_cpp() {
             let want = ids_of(&v, field, line_no);
             let got = tok.encode(text, false, parse_special);
             checks += 1;
+            tokens += want.len();
             if got != want {
                 failures.push(format!(
                     "line {line_no} {field} for {text:?}: {}",
@@ -139,7 +157,8 @@ fn matches_llama_cpp() {
     }
 
     println!(
-        "{lines} corpus lines, {checks} comparisons, {} mismatches",
+        "{}: {lines} corpus lines, {tokens} llama.cpp tokens, {checks} comparisons, {} mismatches",
+        path.display(),
         failures.len()
     );
     for f in &failures {
