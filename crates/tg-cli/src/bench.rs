@@ -17,7 +17,7 @@ use clap::{Args, ValueEnum};
 use rand::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::time::Instant;
-use tg_models::{Gemma3, Logits};
+use tg_models::{LanguageModel, Logits};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
 pub enum Format {
@@ -109,13 +109,13 @@ pub(crate) fn mean_std(v: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
-fn random_tokens(m: &Gemma3, n: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u32> {
-    let vocab = m.config.n_vocab as u32;
+fn random_tokens(m: &LanguageModel, n: usize, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<u32> {
+    let vocab = m.n_vocab() as u32;
     (0..n).map(|_| rng.gen_range(0..vocab)).collect()
 }
 
 /// One repetition: `depth` tokens into the context untimed, then the timed test.
-fn run_test(m: &mut Gemma3, n_prompt: usize, n_gen: usize, depth: usize, shared: usize, recompute: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
+fn run_test(m: &mut LanguageModel, n_prompt: usize, n_gen: usize, depth: usize, shared: usize, recompute: bool, rng: &mut rand_chacha::ChaCha8Rng) -> Result<u64, String> {
     let e = |e: tg_models::ModelError| e.to_string();
     let mut ctx = vec![m.tokenizer.bos()];
     ctx.extend(random_tokens(m, depth, rng));
@@ -213,7 +213,7 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         .collect();
     let backend = backend.join("+");
     for &threads in &a.threads {
-        let mut m = Gemma3::load_on_devices(&path, crate::devices_named(&a.device, threads)?).map_err(|e| e.to_string())?;
+        let mut m = LanguageModel::load_on_devices(&path, crate::devices_named(&a.device, threads)?).map_err(|e| e.to_string())?;
         m.set_compile_options(compile_options(a.numerics, &a.no_stage, &a.place)?);
         let n_params: u64 = m.file().tensors().iter().map(|t| t.n_elements()).sum();
         let size: u64 = m.file().tensors().iter().map(|t| t.n_bytes as u64).sum();
@@ -223,8 +223,8 @@ pub fn run(a: BenchArgs) -> Result<(), String> {
         tests.extend(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
         for &depth in &a.n_depth {
             for &(p, n) in &tests {
-                if depth + p + n + 1 > m.config.context_length {
-                    return Err(format!("depth {depth} + {} tokens exceed the context length of {}", p + n + 1, m.config.context_length));
+                if depth + p + n + 1 > m.context_length() {
+                    return Err(format!("depth {depth} + {} tokens exceed the context length of {}", p + n + 1, m.context_length()));
                 }
                 let shared = if p > 0 { a.shared_prefix } else { 0 };
                 if p > 0 && (shared >= p || (shared > 0 && (depth > 0 || a.recompute))) {

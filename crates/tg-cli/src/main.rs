@@ -19,6 +19,7 @@
 
 mod bench;
 mod bench_embed;
+mod chat;
 mod diffuse;
 mod embed_audio;
 mod extract;
@@ -30,18 +31,63 @@ mod profile;
 mod report;
 mod run;
 mod synth;
+mod tokenize;
 
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tg_models::{Gemma3, Logits, SamplingParams};
+use tg_models::{LanguageModel, Logits, SamplingParams};
 
 #[derive(Parser)]
 #[command(name = "tg", version, about = "Tensor Graphs: compile and run ML models")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How the next token is chosen (shared by `generate` and `chat`).
+#[derive(clap::Args, Clone)]
+struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy (argmax, first index on ties).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Top-k filter (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (nucleus) filter (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p filter: drop tokens less likely than this times the most likely (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty on tokens among the last `--repeat-last-n` (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// How many recent tokens the repetition penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Stop once the generated text contains this (repeatable); the text shown ends before it.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// RNG seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            stop: self.stop.clone(),
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -51,24 +97,22 @@ enum Cmd {
         /// GGUF model (default: Gemma 3 270M Q4_K_M, downloaded if missing).
         #[arg(short, long)]
         model: Option<PathBuf>,
-        /// The prompt.
-        #[arg(short, long)]
-        prompt: String,
+        /// The prompt (raw text; see `--messages` for a chat).
+        #[arg(short, long, required_unless_present = "messages", conflicts_with = "messages")]
+        prompt: Option<String>,
+        /// A chat instead of a prompt: a JSON file with an OpenAI-style list of
+        /// `{"role", "content"}` messages, rendered with the model's chat template; the
+        /// assistant's next turn is generated.
+        #[arg(long)]
+        messages: Option<PathBuf>,
+        /// A Jinja chat template file to use instead of the model file's.
+        #[arg(long = "chat-template")]
+        chat_template: Option<PathBuf>,
         /// Number of tokens to generate.
         #[arg(short = 'n', long = "n-predict", default_value_t = 32)]
         n: usize,
-        /// Sampling temperature; 0 = greedy (argmax, first index on ties).
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Top-k filter (0 = off).
-        #[arg(long, default_value_t = 40)]
-        top_k: usize,
-        /// Top-p (nucleus) filter (1 = off).
-        #[arg(long, default_value_t = 0.95)]
-        top_p: f32,
-        /// RNG seed for sampling.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// Worker threads (0 = all cores).
         #[arg(short, long, default_value_t = 0)]
         threads: usize,
@@ -174,19 +218,29 @@ enum Cmd {
     /// Measure on this machine the kernels planning the model asks about (the planner then
     /// uses these times by default); resumable.
     Profile(profile::ProfileArgs),
-    /// Tokenize text and print ids with their pieces.
+    /// Chat with a model that has a chat template, one user message per line of standard
+    /// input; the states are kept across turns, so each turn processes only its new tokens.
+    Chat(chat::ChatArgs),
+    /// Tokenize text with a GGUF file's vocabulary (SentencePiece or byte-level BPE) and
+    /// print ids with their pieces, or `{"ids": [...]}` with `--json`. Reads no weights.
     Tokenize {
         /// GGUF model (default model if omitted).
         #[arg(short, long)]
         model: Option<PathBuf>,
         /// Text to tokenize.
         text: String,
-        /// Recognise special-token text such as `<start_of_turn>`.
+        /// Recognise special-token text such as `<start_of_turn>` or `<|im_start|>`.
         #[arg(long)]
         special: bool,
-        /// Add BOS.
-        #[arg(long)]
+        /// Always add BOS (default: as the model's `add_bos_token` says).
+        #[arg(long, conflicts_with = "no_bos")]
         bos: bool,
+        /// Add no BOS/EOS even if the model asks for them.
+        #[arg(long)]
+        no_bos: bool,
+        /// Print one JSON object `{"ids": [...]}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Embed texts with a sentence-transformers embedding model (EmbeddingGemma).
     Embed {
@@ -341,9 +395,9 @@ pub(crate) fn devices_named(names: &str, threads: usize) -> Res<Vec<std::sync::A
     Ok(list)
 }
 
-fn load(model: Option<PathBuf>, threads: usize, device_name: &str) -> Res<Gemma3> {
+fn load(model: Option<PathBuf>, threads: usize, device_name: &str) -> Res<LanguageModel> {
     let path = model_path::resolve(model)?;
-    Gemma3::load_on_devices(&path, devices_named(device_name, threads)?).map_err(|e| e.to_string())
+    LanguageModel::load_on_devices(&path, devices_named(device_name, threads)?).map_err(|e| e.to_string())
 }
 
 /// `tg devices`: every kind of this build with its devices, or why it has none.
@@ -436,7 +490,7 @@ fn compile_kernels(kind: &str, archs: &str, json: bool) -> Res<()> {
 
 fn run(cli: Cli) -> Res<()> {
     match cli.cmd {
-        Cmd::Generate { model, prompt, n, temperature, top_k, top_p, seed, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget, place, report } => {
+        Cmd::Generate { model, prompt, messages, chat_template, n, sampling, threads, device, json, no_bos, numerics, no_stage, recompute, cache_budget, place, report } => {
             let t0 = std::time::Instant::now();
             let opts = bench::compile_options(numerics, &no_stage, &place)?;
             let mut m = load(model, threads, &device)?;
@@ -448,28 +502,38 @@ fn run(cli: Cli) -> Res<()> {
             if report.is_some() {
                 m.set_profiling(true);
             }
+            if let Some(t) = &chat_template {
+                let src = std::fs::read_to_string(t).map_err(|e| format!("--chat-template {}: {e}", t.display()))?;
+                m.set_chat_template(&src).map_err(|e| format!("--chat-template {}: {e}", t.display()))?;
+            }
             let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let ids = m.tokenizer.encode(&prompt, !no_bos, true);
-            let params = SamplingParams { temperature, top_k, top_p, seed };
+            let (ids, prompt) = match (&messages, prompt) {
+                (Some(file), _) => {
+                    let text = std::fs::read_to_string(file).map_err(|e| format!("--messages {}: {e}", file.display()))?;
+                    let msgs = tg_models::parse_messages(&text).map_err(|e| format!("--messages {}: {e}", file.display()))?;
+                    (m.chat_prompt(&msgs).map_err(|e| e.to_string())?, String::new())
+                }
+                (None, Some(p)) => (m.tokenizer.encode(&p, !no_bos, true), p),
+                (None, None) => return Err("give --prompt or --messages".into()),
+            };
+            let params = sampling.params();
             let tok = m.tokenizer.clone();
-            let mut dec = tg_tokenizer_stream(&tok);
             let mut stdout = std::io::stdout().lock();
             if !json {
                 let _ = write!(stdout, "{prompt}");
                 let _ = stdout.flush();
             }
+            let mut shown = StopStream::new(&tok, &params.stop);
             let (out, timings) = m
                 .generate_tokens(&ids, n, &params, |t| {
                     if !json {
-                        if let Ok(s) = dec.push(t) {
-                            let _ = write!(stdout, "{s}");
-                            let _ = stdout.flush();
-                        }
+                        let _ = write!(stdout, "{}", shown.push(t));
+                        let _ = stdout.flush();
                     }
                     true
                 })
                 .map_err(|e| e.to_string())?;
-            let text = tok.decode(&out, false).map_err(|e| e.to_string())?;
+            let text = tg_models::cut_at_stop(&tok.decode(&out, false).map_err(|e| e.to_string())?, &params.stop).to_string();
             if json {
                 let n_gen = out.len();
                 let obj = serde_json::json!({
@@ -490,7 +554,7 @@ fn run(cli: Cli) -> Res<()> {
                 });
                 writeln!(stdout, "{}", serde_json::to_string_pretty(&obj).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
             } else {
-                let rest = dec.finish();
+                let rest = shown.finish();
                 let _ = writeln!(stdout, "{rest}");
                 eprintln!("[{} prompt tokens in {:.1} ms, {} tokens generated in {:.1} ms]", ids.len(), timings.prompt_ms, out.len(), timings.generate_ms);
                 if m.incremental() {
@@ -568,7 +632,7 @@ fn run(cli: Cli) -> Res<()> {
                     None => format!("{seq} tokens"),
                 };
                 let input = tg_report::ReportInput {
-                    title: format!("Gemma 3 ({} layers): {what} on {}", m.config.n_layer, devs.iter().map(|d| d.name()).collect::<Vec<_>>().join(" + ")),
+                    title: format!("{} ({} layers): {what} on {}", m.arch().kind(), m.arch().n_layer(), devs.iter().map(|d| d.name()).collect::<Vec<_>>().join(" + ")),
                     command: std::env::args().collect::<Vec<_>>().join(" "),
                     plan: &c.plan,
                     report: &c.report,
@@ -581,13 +645,11 @@ fn run(cli: Cli) -> Res<()> {
             }
             Ok(())
         }
-        Cmd::Tokenize { model, text, special, bos } => {
-            let m = load(model, 1, "cpu")?;
-            for id in m.tokenizer.encode(&text, bos, special) {
-                let piece = m.tokenizer.token_text(id).unwrap_or("?");
-                println!("{id:>7} {piece:?}");
-            }
-            Ok(())
+        Cmd::Chat(args) => chat::run(args),
+        Cmd::Tokenize { model, text, special, bos, no_bos, json } => {
+            let path = model_path::resolve(model)?;
+            let add_special = if bos { Some(true) } else if no_bos { Some(false) } else { None };
+            tokenize::run(&path, &text, json, special, add_special)
         }
         Cmd::Embed { model, prompt_name, dim, threads, device, json, similarity, list_prompts, query, texts, report } => {
             embed(model, prompt_name, dim, threads, &device, json, similarity, list_prompts, query, texts, report)
@@ -798,7 +860,7 @@ fn explain_steps(c: &tg_compiler::Compiled) {
 }
 
 fn profile_plan(
-    m: &Gemma3,
+    m: &LanguageModel,
     plan: &tg_runtime::Plan,
     devs: Vec<std::sync::Arc<dyn tg_runtime::Device>>,
     seq: usize,
@@ -866,4 +928,57 @@ fn profile_plan(
 
 fn tg_tokenizer_stream(tok: &tg_models::Tokenizer) -> tg_models::StreamDecoder<'_> {
     tg_models::StreamDecoder::new(tok, false)
+}
+
+/// Streams generated text, holding back what may be the start of a stop string and showing
+/// nothing from the first stop string on.
+struct StopStream<'a> {
+    dec: Option<tg_models::StreamDecoder<'a>>,
+    stop: &'a [String],
+    text: String,
+    shown: usize,
+    done: bool,
+}
+
+impl<'a> StopStream<'a> {
+    fn new(tok: &'a tg_models::Tokenizer, stop: &'a [String]) -> StopStream<'a> {
+        StopStream { dec: Some(tg_tokenizer_stream(tok)), stop, text: String::new(), shown: 0, done: false }
+    }
+
+    /// The text token `t` makes safe to show.
+    fn push(&mut self, t: u32) -> String {
+        if let Some(Ok(s)) = self.dec.as_mut().map(|d| d.push(t)) {
+            self.text.push_str(&s);
+        }
+        self.release(false)
+    }
+
+    /// The rest of the text.
+    fn finish(&mut self) -> String {
+        if let Some(d) = self.dec.take() {
+            let rest = d.finish();
+            self.text.push_str(&rest);
+        }
+        self.release(true)
+    }
+
+    fn release(&mut self, last: bool) -> String {
+        if self.done {
+            return String::new();
+        }
+        let cut = tg_models::cut_at_stop(&self.text, self.stop).len();
+        let end = if cut < self.text.len() {
+            self.done = true;
+            cut
+        } else if last {
+            self.text.len()
+        } else {
+            // Hold back the longest tail that begins a stop string.
+            let hold = self.stop.iter().map(|s| (1..s.len().min(self.text.len() + 1)).rev().find(|&k| self.text.is_char_boundary(self.text.len() - k) && s.starts_with(&self.text[self.text.len() - k..])).unwrap_or(0)).max().unwrap_or(0);
+            self.text.len() - hold
+        };
+        let out = self.text.get(self.shown..end.max(self.shown)).unwrap_or("").to_string();
+        self.shown = end.max(self.shown);
+        out
+    }
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tg_compiler::{CompileOptions, CostSource, Numerics};
-use tg_models::{Gemma3, Logits};
+use tg_models::{LanguageModel, Logits};
 use tg_profile::{BenchOptions, Fingerprint, Profile, Profiler, RooflineOptions};
 
 /// Arguments of `tg profile`.
@@ -210,7 +210,7 @@ pub(crate) fn run(a: ProfileArgs) -> Result<(), String> {
         return measure(&a, profile, &path, keys, what, resumed, &mut opened, t0);
     }
     let model_path = crate::model_path::resolve(a.model.clone())?;
-    let m = Gemma3::load(&model_path, 1).map_err(|e| e.to_string())?;
+    let m = LanguageModel::load(&model_path, 1).map_err(|e| e.to_string())?;
     let shared = Arc::new(profile);
     let mut keys = Vec::new();
     // The one-token plans' graphs depend on the capacity only: derived once each.

@@ -20,9 +20,9 @@ pub fn measured(plan: &tg_runtime::Plan, step_times: Option<&[u64]>, spans: Opti
 }
 
 /// Writes the report of the one-token plan generation ran (profiling must have been on).
-pub fn generation(m: &tg_models::Gemma3, path: &Path) -> Result<(), String> {
+pub fn generation(m: &tg_models::LanguageModel, path: &Path) -> Result<(), String> {
     let v = m.generation_plan().ok_or("--report: no incremental plan ran (the report shows the one-token plan generation runs; drop --recompute)")?;
-    let title = format!("Gemma 3 ({} layers): one generated token per run, measured, on {}", m.config.n_layer, v.plan.devices.join(" + "));
+    let title = format!("{} ({} layers): one generated token per run, measured, on {}", m.arch().kind(), m.arch().n_layer(), v.plan.devices.join(" + "));
     write(v, title, path)
 }
 

@@ -1,7 +1,7 @@
 //! `tg synth`: a two-layer Gemma 3 270M-shaped model with random weights is written, has
 //! exactly the layout of the committed fixture (metadata, tensor table, special tokens;
 //! `tg synth --dump-layout` of it equals the fixture cut to two layers), loads with
-//! `Gemma3::load` and gives finite logits for a 3-token prompt; its Hugging Face copy lists
+//! `LanguageModel::load` and gives finite logits for a 3-token prompt; its Hugging Face copy lists
 //! every Hugging Face tensor name with the right shape (read from the safetensors header
 //! alone), holds the same weights (norms minus 1) and has a config that matches the
 //! GGUF metadata. A one-layer EmbeddingGemma-300M-shaped folder has the fixture's layout and
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tg_models::synth::{FolderLayout, GgufLayout};
-use tg_models::{Gemma3, Logits};
+use tg_models::{LanguageModel, Logits};
 
 fn tg(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_tg")).args(args).output().unwrap();
@@ -108,8 +108,8 @@ fn synth_gemma3_two_layers_loads_runs_and_matches_its_hf_copy() {
     assert_eq!(got.vocab, expected.vocab);
 
     // It loads as Gemma 3 and runs.
-    let mut m = Gemma3::load(&gguf, 2).unwrap();
-    assert_eq!((m.config.n_layer, m.config.n_vocab, m.config.n_embd), (2, 262_144, 640));
+    let mut m = LanguageModel::load(&gguf, 2).unwrap();
+    assert_eq!((m.arch().n_layer(), m.n_vocab(), m.config_as::<tg_models::Gemma3Config>().map(|c| c.n_embd)), (2, 262_144, Some(640)));
     assert_eq!(m.tokenizer.token_text(106).unwrap(), "<end_of_turn>");
     let ids = m.tokenizer.encode("Hi there", true, false);
     assert!(ids.len() >= 2 && ids[0] == 2, "{ids:?}");
@@ -176,7 +176,7 @@ fn synth_gemma3_two_layers_loads_runs_and_matches_its_hf_copy() {
 
     // ... and reads back (with this engine's own Hugging Face reader) as the GGUF's model.
     let from_hf = tg_models::Gemma3Config::from_hf_config(&hf.join("config.json")).unwrap();
-    let c = &m.config;
+    let c = m.config_as::<tg_models::Gemma3Config>().unwrap();
     assert_eq!(
         (from_hf.n_vocab, from_hf.n_embd, from_hf.n_layer, from_hf.n_ff, from_hf.n_head, from_hf.n_head_kv, from_hf.head_dim, from_hf.sliding_window, from_hf.context_length),
         (c.n_vocab, c.n_embd, c.n_layer, c.n_ff, c.n_head, c.n_head_kv, c.head_dim, c.sliding_window, c.context_length)

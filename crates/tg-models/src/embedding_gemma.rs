@@ -690,6 +690,7 @@ pub const KIND: ModelKind = ModelKind {
     what: "a sentence-transformers folder whose encoder is Gemma 3 (modules.json, config.json model_type gemma3_text)",
     detect,
     open: open_model,
+    decoder: None,
 };
 
 fn detect(path: &Path) -> Detect {

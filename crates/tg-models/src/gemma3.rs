@@ -9,21 +9,15 @@
 //! residual. Embeddings are scaled by `sqrt(n_embd)`; the output head is tied to the
 //! embedding table. RMSNorm weights are used as stored: GGUF conversion already folded
 //! Gemma's `(1 + w)` into them.
+//!
+//! This file is the architecture only (configuration, weight names, the graph); loading,
+//! incremental generation, sampling and serving come from [`crate::LanguageModel`].
 
+use crate::decoder::DecoderArch;
 use crate::layers;
-use crate::plans::PlanCache;
-use crate::{
-    check_inputs, input_error, CompileTimes, Detect, Dim, ElemType, GenTimings, Generate, GgufWeights, InputProblem, Model, ModelError, ModelKind, OpenOptions, SamplingParams,
-    TensorSpec,
-};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use tg_compiler::{CompileOptions, CompileReport};
+use crate::{ModelError, ModelKind};
 use tg_gguf::GgufFile;
-use tg_ir::{DType, Graph, GraphBuilder, HostTensor, IrError, Tensor};
-use tg_runtime::{CpuDevice, Device, Executable};
-use tg_tokenizer::Tokenizer;
+use tg_ir::{DType, Graph, GraphBuilder, IrError, Tensor};
 
 /// Hyper-parameters of a Gemma 3 text model, read from GGUF metadata.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -419,294 +413,46 @@ pub fn build_graph_named(cfg: &Gemma3Config, weights: &dyn WeightShapes, names: 
     Ok(c.b.finish()?)
 }
 
-/// A loaded Gemma 3 model: the mapped GGUF, its tokenizer, a CPU device, and compiled
-/// plans cached per sequence length.
-pub struct Gemma3 {
-    /// Configuration read from the file.
-    pub config: Gemma3Config,
-    /// Tokenizer built from the file's metadata.
-    pub tokenizer: Arc<Tokenizer>,
-    pub(crate) file: Arc<GgufFile>,
-    pub(crate) weights: Arc<GgufWeights>,
-    /// Plans by (sequence length, which logits).
-    pub(crate) plans: PlanCache<(usize, Logits)>,
-    /// The incremental path: plans by (new rows, capacity), and the kept states.
-    pub(crate) session: crate::session::Session,
-    path: PathBuf,
-}
-
-impl Gemma3 {
-    /// Maps `path`, reads the configuration and tokenizer, and checks every tensor the
-    /// model needs (name, shape, type) before anything runs.
-    pub fn load(path: impl AsRef<Path>, threads: usize) -> Result<Gemma3, ModelError> {
-        let device: Arc<dyn Device> = Arc::new(CpuDevice::new(threads).map_err(ModelError::Request)?);
-        Gemma3::load_on(path, device)
-    }
-
-    /// [`Gemma3::load`] with plans compiled for and run on `device` (its weights bound there
-    /// once, its kept states living there).
-    pub fn load_on(path: impl AsRef<Path>, device: Arc<dyn Device>) -> Result<Gemma3, ModelError> {
-        Gemma3::load_on_devices(path, vec![device])
-    }
-
-    /// [`Gemma3::load`] with plans compiled for `devices` together (the first is home: inputs
-    /// arrive, logits leave and kept states live there): the planner places each op on one of
-    /// them, from the kernel times measured on each (see `tg_compiler::compile`).
-    pub fn load_on_devices(path: impl AsRef<Path>, devices: Vec<Arc<dyn Device>>) -> Result<Gemma3, ModelError> {
-        if devices.is_empty() {
-            return Err(ModelError::Request("no devices to run on".into()));
-        }
-        let file = Arc::new(GgufFile::open(path.as_ref())?);
-        let config = Gemma3Config::from_gguf(&file)?;
-        for (name, shape) in config.expected_tensors() {
-            let (got, dtype) = file.shape_of(&name)?;
-            let got = if got.len() == 2 && got[0] == 1 && shape.len() == 1 { vec![got[1]] } else { got };
-            if got != shape {
-                return Err(ModelError::Architecture { file: file.name().to_string(), detail: format!("tensor '{name}' has shape {got:?}, expected {shape:?}") });
-            }
-            if let DType::Quant(t) = dtype {
-                if matches!(t, tg_quant::GgmlType::I8 | tg_quant::GgmlType::I16 | tg_quant::GgmlType::I32 | tg_quant::GgmlType::I64 | tg_quant::GgmlType::F64) {
-                    return Err(ModelError::Architecture { file: file.name().to_string(), detail: format!("tensor '{name}' has unsupported type {t}") });
-                }
-            }
-        }
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
-        if tokenizer.vocab_size() != config.n_vocab {
-            return Err(ModelError::Architecture {
-                file: file.name().to_string(),
-                detail: format!("tokenizer has {} tokens, embedding table {}", tokenizer.vocab_size(), config.n_vocab),
-            });
-        }
-        let weights = Arc::new(GgufWeights::new(file.clone()));
-        let session = crate::session::Session::new(devices.clone());
-        Ok(Gemma3 { config, tokenizer, file, weights, plans: PlanCache::new(devices), session, path: path.as_ref().to_path_buf() })
-    }
-
-    /// The (home) device the model's plans run on.
-    pub fn device(&self) -> Arc<dyn Device> {
-        self.plans.device().clone()
-    }
-
-    /// Every device the model's plans are compiled for, home first.
-    pub fn devices(&self) -> Vec<Arc<dyn Device>> {
-        self.plans.devices().to_vec()
-    }
-
-    /// The mapped file.
-    pub fn file(&self) -> &GgufFile {
-        &self.file
-    }
-
-    /// The weight store (for the reference interpreter).
-    pub fn weights(&self) -> &GgufWeights {
-        &self.weights
-    }
-
-    /// Sets compiler options for plans compiled from now on (clears the plan caches).
-    pub fn set_compile_options(&mut self, o: CompileOptions) {
-        self.plans.set_options(o.clone());
-        self.session.plans.set_options(o);
-    }
-
-    /// Where compiled plans are kept across processes: by default `plans/` in the cache
-    /// directory ([`tg_compiler::PlanStore::default_store`]; `TG_PLAN_CACHE=off` disables
-    /// it); `None` compiles every plan in this process.
-    pub fn set_plan_store(&mut self, store: Option<tg_compiler::PlanStore>) {
-        self.plans.set_store(store.clone());
-        self.session.plans.set_store(store);
-    }
-
-    /// Times every step of every run from now on (see [`Gemma3::generation_plan`]).
-    pub fn set_profiling(&mut self, on: bool) {
-        self.plans.set_profiling(on);
-        self.session.plans.set_profiling(on);
-    }
-
-    /// The report of the most recent compilation (of a whole-sequence plan, or of an
-    /// incremental one, whichever came last).
-    pub fn last_report(&self) -> Option<&CompileReport> {
-        match (self.plans.last_report(), self.session.plans.last_report()) {
-            (Some(a), Some(b)) => Some(if self.session.last_compiled_incremental { b } else { a }),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The forward graph for `seq` tokens.
-    pub fn graph(&self, seq: usize, logits: Logits) -> Result<Graph, ModelError> {
-        build_graph(&self.config, &*self.file, seq, logits)
-    }
-
-    pub(crate) fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
-        if tokens.is_empty() {
-            return Err(ModelError::Request("empty token sequence".into()));
-        }
-        if tokens.len() > self.config.context_length {
-            return Err(ModelError::Request(format!("{} tokens exceed the model's context length of {}", tokens.len(), self.config.context_length)));
-        }
-        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
-            return Err(ModelError::Request(format!("token id {t} is outside the vocabulary of {}", self.config.n_vocab)));
-        }
-        Ok(())
-    }
-
-    /// Compiles (or fetches from the cache) the plan for `seq` tokens.
-    pub fn prepare(&mut self, seq: usize, logits: Logits) -> Result<(), ModelError> {
-        self.plan(seq, logits).map(|_| ())
-    }
-
-    fn plan(&mut self, seq: usize, logits: Logits) -> Result<&mut Executable, ModelError> {
-        if !self.plans.contains(&(seq, logits)) {
-            self.session.last_compiled_incremental = false;
-        }
-        let (config, file) = (&self.config, &self.file);
-        self.plans.get_or_compile((seq, logits), self.weights.clone(), || build_graph(config, &**file, seq, logits))
-    }
-
-    /// Runs the model on `tokens` and returns the logits (`[1, n_vocab]` for
-    /// [`Logits::Last`], `[seq, n_vocab]` for [`Logits::All`]) as a flat vector.
-    pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Vec<f32>, ModelError> {
-        self.check_tokens(tokens)?;
-        let exe = self.plan(tokens.len(), logits)?;
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let input = HostTensor::i32(&[ids.len()], ids)?;
-        let mut inputs = HashMap::new();
-        inputs.insert("tokens".to_string(), input);
-        let mut out = exe.run(&inputs)?;
-        let t = out.remove("logits").ok_or_else(|| ModelError::Request("plan produced no logits".into()))?;
-        match t.data {
-            tg_ir::HostData::F32(v) => Ok(v),
-            _ => Err(ModelError::Request("logits are not f32".into())),
-        }
-    }
-
-    /// Drops cached plans (e.g. to bound memory during long generations).
-    pub fn clear_plans(&mut self) {
-        self.plans.clear();
-        self.session.plans.clear();
-    }
-
-    /// The number of cached plans.
-    pub fn cached_plans(&self) -> usize {
-        self.plans.len()
-    }
-}
-
-/// The registry entry ([`crate::KINDS`]): a GGUF file whose `general.architecture` is
-/// `gemma3`.
-pub const KIND: ModelKind = ModelKind { name: "gemma3", what: "a Gemma 3 GGUF file (general.architecture = gemma3)", detect, open: open_model };
-
-fn detect(path: &Path) -> Detect {
-    if !path.is_file() || crate::head(path, 4) != b"GGUF" {
-        return Detect::No;
-    }
-    match GgufFile::open(path) {
-        Ok(f) => match f.get_str("general.architecture") {
-            Ok("gemma3") => Detect::Yes,
-            Ok(arch) => Detect::Near(format!("a GGUF file of architecture '{arch}'")),
-            Err(_) => Detect::Near("a GGUF file with no general.architecture".into()),
-        },
-        // A damaged GGUF file: the loader's error says what is wrong with it.
-        Err(_) => Detect::Yes,
-    }
-}
-
-fn open_model(path: &Path, o: OpenOptions) -> Result<Box<dyn Model>, ModelError> {
-    let mut m = Gemma3::load_on_devices(path, o.devices)?;
-    m.set_compile_options(o.compile);
-    Ok(Box::new(m))
-}
-
-impl Gemma3 {
-    /// The file the model was loaded from.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The token ids of the `tokens` input of [`Model::run`], each checked against the
-    /// vocabulary.
-    fn token_input(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<u32>, ModelError> {
-        check_inputs(&self.path, &Model::inputs(self), inputs)?;
-        let t = &inputs["tokens"];
-        let tg_ir::HostData::I32(ids) = &t.data else { return Err(input_error(&self.path, InputProblem::DType, "input 'tokens': expected int32")) };
-        if ids.is_empty() {
-            return Err(input_error(&self.path, InputProblem::Shape, "input 'tokens': no tokens"));
-        }
-        match ids.iter().find(|&&t| t < 0 || t as usize >= self.config.n_vocab) {
-            Some(t) => Err(input_error(&self.path, InputProblem::Value, format!("input 'tokens': token id {t} is outside the vocabulary of {}", self.config.n_vocab))),
-            None => Ok(ids.iter().map(|&t| t as u32).collect()),
-        }
-    }
-}
-
-/// Gemma 3 as a [`Model`]: input `tokens` (int32 `[tokens]`, at most the context length),
-/// output `logits` (float32 `[tokens, n_vocab]`: every position, as
-/// [`Gemma3::forward`] with [`Logits::All`]); it generates ([`Model::as_generator`]).
-impl Model for Gemma3 {
+/// Gemma 3 as a decoder architecture: the engine ([`crate::LanguageModel`]) builds its
+/// graphs from this configuration and nothing else.
+impl DecoderArch for Gemma3Config {
     fn kind(&self) -> &'static str {
         KIND.name
     }
 
-    fn path(&self) -> &Path {
-        &self.path
+    fn n_vocab(&self) -> usize {
+        self.n_vocab
     }
 
-    fn inputs(&self) -> Vec<TensorSpec> {
-        vec![TensorSpec::new("tokens", ElemType::I32, vec![Dim::free("tokens", Some(self.config.context_length))])]
+    fn context_length(&self) -> usize {
+        self.context_length
     }
 
-    fn outputs(&self) -> Vec<TensorSpec> {
-        vec![TensorSpec::new("logits", ElemType::F32, vec![Dim::free("tokens", Some(self.config.context_length)), Dim::Fixed(self.config.n_vocab)])]
+    fn n_layer(&self) -> usize {
+        self.n_layer
     }
 
-    fn devices(&self) -> Vec<Arc<dyn Device>> {
-        Gemma3::devices(self)
+    fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
+        Gemma3Config::expected_tensors(self)
     }
 
-    fn set_compile_options(&mut self, options: CompileOptions) {
-        Gemma3::set_compile_options(self, options)
+    fn graph(&self, weights: &dyn WeightShapes, seq: usize, logits: Logits) -> Result<Graph, ModelError> {
+        build_graph(self, weights, seq, logits)
     }
 
-    fn compile(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<CompileTimes, ModelError> {
-        let ids = self.token_input(inputs)?;
-        let before = self.plans.stats();
-        self.prepare(ids.len(), Logits::All)?;
-        Ok(self.plans.stats().since(before))
+    fn config_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
     }
 
-    fn graphs(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<tg_ir::Graph>, ModelError> {
-        let ids = self.token_input(inputs)?;
-        Ok(vec![self.graph(ids.len(), Logits::All)?])
-    }
-
-    fn run(&mut self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, ModelError> {
-        let ids = self.token_input(inputs)?;
-        let v = self.forward(&ids, Logits::All)?;
-        Ok(vec![("logits".to_string(), HostTensor::f32(&[ids.len(), self.config.n_vocab], v)?)])
-    }
-
-    fn last_report(&self) -> Option<&CompileReport> {
-        Gemma3::last_report(self)
-    }
-
-    fn config(&self) -> serde_json::Value {
-        serde_json::to_value(&self.config).unwrap_or_default()
-    }
-
-    fn as_generator(&mut self) -> Option<&mut dyn Generate> {
-        Some(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
-impl Generate for Gemma3 {
-    fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, ModelError> {
-        Ok(self.tokenizer.encode(text, add_bos, true))
-    }
-
-    fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
-        Ok(self.tokenizer.decode(ids, false)?)
-    }
-
-    fn generate(&mut self, prompt: &[u32], n: usize, params: &SamplingParams, on_token: &mut dyn FnMut(u32) -> bool) -> Result<(Vec<u32>, GenTimings), ModelError> {
-        self.generate_tokens(prompt, n, params, on_token)
-    }
+fn from_gguf(f: &GgufFile) -> Result<Box<dyn DecoderArch>, ModelError> {
+    Ok(Box::new(Gemma3Config::from_gguf(f)?))
 }
+
+/// The registry entry ([`crate::KINDS`]): a GGUF file whose `general.architecture` is
+/// `gemma3`, run by the generation engine ([`crate::LanguageModel`]).
+pub const KIND: ModelKind = ModelKind { name: "gemma3", what: "a Gemma 3 GGUF file (general.architecture = gemma3)", detect: crate::decoder::detect, open: crate::decoder::open_model, decoder: Some(from_gguf) };

@@ -205,6 +205,116 @@ pub fn rope_tables_at(b: &mut GraphBuilder, pos: Tensor, head_dim: usize, base: 
     Ok((b.unary(UnaryOp::Cos, ang)?, b.unary(UnaryOp::Sin, ang)?))
 }
 
+/// `a · x + c`.
+fn affine(b: &mut GraphBuilder, x: Tensor, a: f64, c: f64) -> Result<Tensor, IrError> {
+    let y = b.scale(x, a)?;
+    let c = b.scalar(c)?;
+    b.add(y, c)
+}
+
+/// How a model stretches RoPE to contexts longer than it was trained on (what a GGUF file
+/// declares in `rope.scaling.*`, or the `rope_freqs` tensor of Llama 3.1+).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum RopeScaling {
+    /// Angles as trained.
+    None,
+    /// Position interpolation: every angle divided by `factor`.
+    Linear {
+        /// The context multiple.
+        factor: f64,
+    },
+    /// YaRN: low frequencies interpolated by `factor`, high ones kept, a linear ramp between
+    /// the dimensions whose wavelengths fit `beta_fast` and `beta_slow` turns of the original
+    /// context; cos and sin scaled by `attn_factor · (1 + 0.1 ln factor)`.
+    Yarn {
+        /// The context multiple.
+        factor: f64,
+        /// The context length trained on.
+        original_context: f64,
+        /// Weight of the ramp (1: full YaRN; 0: plain interpolation).
+        ext_factor: f64,
+        /// Extra magnitude scale.
+        attn_factor: f64,
+        /// Turns of the original context below which a dimension is kept.
+        beta_fast: f64,
+        /// Turns above which it is interpolated.
+        beta_slow: f64,
+    },
+}
+
+/// RoPE cos and sin tables `[seq, 1, head_dim/2]` for positions `0..seq` with `scaling`;
+/// `freq_factors` (`[head_dim/2]`, Llama 3's `rope_freqs`) divides each pair's frequency.
+/// Without either it is [`rope_tables`].
+pub fn rope_tables_scaled(b: &mut GraphBuilder, seq: usize, head_dim: usize, base: f64, scaling: RopeScaling, freq_factors: Option<Tensor>) -> Result<(Tensor, Tensor), IrError> {
+    if scaling == RopeScaling::None && freq_factors.is_none() {
+        return rope_tables(b, seq, head_dim, base);
+    }
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(shape_err("rope", format!("head dim {head_dim} is not a positive even number")));
+    }
+    let pos = b.iota(&[seq, 1, 1], 0, DType::F32)?;
+    let half = head_dim / 2;
+    let i = b.iota(&[half], 0, DType::F32)?;
+    let e = b.scale(i, -2.0 * base.ln() / head_dim as f64)?;
+    let mut inv_freq = b.unary(UnaryOp::Exp, e)?;
+    if let Some(f) = freq_factors {
+        inv_freq = b.div(inv_freq, f)?;
+    }
+    let mut mscale = 1.0;
+    match scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => inv_freq = b.scale(inv_freq, 1.0 / factor)?,
+        RopeScaling::Yarn { factor, original_context, ext_factor, attn_factor, beta_fast, beta_slow } => {
+            // The dimension whose wavelength makes `turns` turns over the original context.
+            let corr = |turns: f64| head_dim as f64 * (original_context / (turns * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln());
+            let low = corr(beta_fast).floor().max(0.0);
+            let high = corr(beta_slow).ceil().min(head_dim as f64 - 1.0);
+            // ramp[i] = 1 − clamp((i − low) / (high − low), 0, 1), times ext_factor: the share
+            // of the unscaled (extrapolated) frequency in the mix.
+            let r = b.iota(&[half], 0, DType::F32)?;
+            let r = affine(b, r, 1.0 / (high - low).max(0.001), -low / (high - low).max(0.001))?;
+            let zero = b.scalar(0.0)?;
+            let one = b.scalar(1.0)?;
+            let r = b.binary(BinaryOp::Max, r, zero)?;
+            let r = b.binary(BinaryOp::Min, r, one)?;
+            let mix = affine(b, r, -ext_factor, ext_factor)?;
+            // frequency × (1/factor · (1 − mix) + mix)
+            let k = affine(b, mix, 1.0 - 1.0 / factor, 1.0 / factor)?;
+            inv_freq = b.mul(inv_freq, k)?;
+            mscale = attn_factor * if ext_factor != 0.0 { 1.0 + 0.1 * factor.ln() } else { 1.0 };
+        }
+    }
+    let ang = b.mul(pos, inv_freq)?;
+    let (mut cos, mut sin) = (b.unary(UnaryOp::Cos, ang)?, b.unary(UnaryOp::Sin, ang)?);
+    if mscale != 1.0 {
+        cos = b.scale(cos, mscale)?;
+        sin = b.scale(sin, mscale)?;
+    }
+    Ok((cos, sin))
+}
+
+/// Reorders each head of `x: [seq, heads, head_dim]` from interleaved pairs
+/// `(x₀, x₁), (x₂, x₃), …` (the original RoPE layout, llama.cpp's `NORM` rope) to halves
+/// `x₀, x₂, … | x₁, x₃, …`, so [`rope_neox`] rotates the same pairs. Queries and keys
+/// reordered alike give the same attention scores, so the result needs no reordering back.
+pub fn deinterleave_pairs(b: &mut GraphBuilder, x: Tensor) -> Result<Tensor, IrError> {
+    let shape = b.shape(x).to_vec();
+    let Some((&hd, outer)) = shape.split_last() else {
+        return Err(shape_err("rope", "a scalar has no head axis".into()));
+    };
+    if !hd.is_multiple_of(2) {
+        return Err(shape_err("rope", format!("head dim {hd} is odd")));
+    }
+    let mut split = outer.to_vec();
+    split.extend([hd / 2, 2]);
+    let y = b.reshape(x, &split)?;
+    let r = split.len();
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 1, r - 2);
+    let y = b.permute(y, &perm)?;
+    b.reshape(y, &shape)
+}
+
 /// NeoX-style RoPE of `x: [seq, heads, head_dim]` (any rank, head dim last): the first and
 /// second halves of each head are the two coordinates of each rotated pair,
 /// `(x₁ cos − x₂ sin, x₂ cos + x₁ sin)`. Fuses to `rope_neox` (`rms_norm_rope_neox` after an

@@ -5,7 +5,9 @@
 //! with no cache code and no fused ops (fusion and caching come from compiler rewrites).
 //! The layers it is built from ([`layers`]: norms, RoPE, masks, attention, gated FFN,
 //! convolution blocks) are shared by every model.
-//! [`Gemma3`] loads a GGUF file, compiles that graph per sequence length and runs it.
+//! [`LanguageModel`] is the generation engine for every decoder architecture (Gemma 3, …):
+//! it loads a GGUF file, compiles the architecture's graph per sequence length, derives the
+//! incremental plans that keep the KV cache, samples and generates.
 //! [`EmbeddingGemma`] runs the same layers as a bidirectional encoder with the
 //! sentence-transformers pooling, dense and normalisation modules, from safetensors.
 //! [`onnx::Onnx`] runs any ONNX file through the importer; [`terrain`] samples terrain
@@ -18,15 +20,18 @@
 //!
 //! **Adding a model** touches its own file (its config, graph function, loader, `impl
 //! Model` and a `pub const KIND: ModelKind`) and this file (`pub mod` and one line in
-//! [`KINDS`]); see `docs/models.md`.
+//! [`KINDS`]); a decoder LLM architecture only its config and graph function
+//! ([`DecoderArch`]) and its `KIND` with `decoder: Some(..)`; see `docs/models.md`.
 #![warn(missing_docs)]
 
 pub mod audio;
 pub mod cache;
+pub mod decoder;
 pub mod embedding_gemma;
 pub mod gemma3;
 mod generate;
 pub mod layers;
+pub mod llama;
 mod model;
 pub mod onnx;
 pub mod terrain;
@@ -41,14 +46,16 @@ pub use registry::{head, known_kinds, open, open_kind, Detect, ModelKind, OpenFn
 
 /// Every kind of model [`open`] recognises, asked in this order (the first that claims a
 /// path opens it). One line per model.
-pub const KINDS: &[ModelKind] = &[gemma3::KIND, embedding_gemma::KIND, onnx::KIND];
+pub const KINDS: &[ModelKind] = &[gemma3::KIND, llama::LLAMA, llama::QWEN2, llama::QWEN3, embedding_gemma::KIND, onnx::KIND];
 
 pub use embedding_gemma::{EmbeddingConfig, EmbeddingGemma, Embeddings};
-pub use gemma3::{Gemma3, Gemma3Config, Logits};
-pub use generate::{argmax, GenTimings, Sampler, SamplingParams};
+pub use decoder::{DecoderArch, LanguageModel};
+pub use gemma3::{Gemma3Config, Logits};
+pub use llama::LlamaConfig;
+pub use generate::{argmax, cut_at_stop, GenTimings, Sampler, SamplingParams};
 pub use plans::PlanView;
 pub use session::SessionInfo;
-pub use tg_tokenizer::{StreamDecoder, Tokenizer};
+pub use tg_tokenizer::{parse_messages, ChatTemplate, Message, StreamDecoder, Tokenizer};
 pub use weights::{GgufWeights, SafetensorsWeights};
 
 use thiserror::Error;

@@ -298,11 +298,27 @@ pub trait Generate {
     /// `false` stops); stops early at an end-of-generation token.
     fn generate(&mut self, prompt: &[u32], n: usize, params: &SamplingParams, on_token: &mut dyn FnMut(u32) -> bool) -> Result<(Vec<u32>, GenTimings), ModelError>;
 
-    /// [`Generate::generate`] from text to text (the prompt tokenized with BOS).
+    /// [`Generate::generate`] from text to text (the prompt tokenized with BOS when the
+    /// file asks for one); the text ends before the first stop string.
     fn generate_text(&mut self, prompt: &str, n: usize, params: &SamplingParams) -> Result<String, ModelError> {
         let ids = self.encode(prompt, true)?;
         let (out, _) = self.generate(&ids, n, params, &mut |_| true)?;
-        self.decode(&out)
+        Ok(crate::generate::cut_at_stop(&self.decode(&out)?, &params.stop).to_string())
+    }
+
+    /// The prompt for the assistant's next turn after `messages` (the model's chat template,
+    /// rendered and tokenized).
+    fn chat_prompt(&self, messages: &[tg_tokenizer::Message]) -> Result<Vec<u32>, ModelError> {
+        let _ = messages;
+        Err(ModelError::Request("this model has no chat template".into()))
+    }
+
+    /// The assistant's reply to `messages` ([`Generate::chat_prompt`], then generation), cut
+    /// before the first stop string.
+    fn chat(&mut self, messages: &[tg_tokenizer::Message], n: usize, params: &SamplingParams) -> Result<String, ModelError> {
+        let ids = self.chat_prompt(messages)?;
+        let (out, _) = self.generate(&ids, n, params, &mut |_| true)?;
+        Ok(crate::generate::cut_at_stop(&self.decode(&out)?, &params.stop).to_string())
     }
 }
 

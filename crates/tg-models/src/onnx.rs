@@ -19,7 +19,7 @@ use tg_onnx::{OnnxError, OnnxModel, Value, ValueData};
 use tg_runtime::Device;
 
 /// The registry entry ([`crate::KINDS`]): a file named `*.onnx`.
-pub const KIND: ModelKind = ModelKind { name: "onnx", what: "an ONNX model file (*.onnx)", detect, open: open_model };
+pub const KIND: ModelKind = ModelKind { name: "onnx", what: "an ONNX model file (*.onnx)", detect, open: open_model, decoder: None };
 
 fn detect(path: &Path) -> Detect {
     let onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));

@@ -1,5 +1,5 @@
-//! Gemma 3 generation through the incremental path: the pure whole-sequence graph
-//! ([`crate::gemma3::build_graph`]) is derived by [`tg_compiler::incremental`] into plans
+//! Generation through the incremental path, for every decoder architecture: the pure
+//! whole-sequence graph ([`crate::DecoderArch::graph`]) is derived by [`tg_compiler::incremental`] into plans
 //! that take only the appended tokens; the values they keep between runs (the KV cache,
 //! as the derivation chooses it) live in one [`StateSet`] per model.
 //!
@@ -7,10 +7,11 @@
 //! prefix with them is run from the end of the shared prefix; everything after it is
 //! simply overwritten (rows past the current length are never read, see the derivation's
 //! causality check). Capacities grow in steps (`384·2^i` rows: no power of two, so the
-//! sequence axis never has the extent of a Gemma feature axis); growing copies the kept
+//! sequence axis never has the extent of a feature axis); growing copies the kept
 //! rows into the larger states and compiles plans for the new capacity.
 
-use crate::gemma3::{build_graph, Gemma3, Logits};
+use crate::decoder::LanguageModel;
+use crate::gemma3::Logits;
 use crate::plans::PlanCache;
 use crate::ModelError;
 use std::collections::{BTreeSet, HashMap};
@@ -23,8 +24,8 @@ use tg_runtime::{Device, StateSet};
 /// Derives `model`'s run of `k` appended tokens at capacity `cap`, keeping `states`; with
 /// `None`, every value that may be kept or recomputed is offered both ways, for the
 /// compiler's planner to choose under measured kernel times and the cache budget.
-fn derive_step(model: &Gemma3, k: usize, cap: usize, states: Option<BTreeSet<String>>) -> Result<Incremental, ModelError> {
-    let full = build_graph(&model.config, &*model.file, cap, Logits::Last)?;
+fn derive_step(model: &LanguageModel, k: usize, cap: usize, states: Option<BTreeSet<String>>) -> Result<Incremental, ModelError> {
+    let full = model.graph(cap, Logits::Last)?;
     // The cache budget is the compiler's (`PlanCache::set_cache_budget`); a given state set
     // was chosen under it.
     let spec = IncrementalSpec { input: "tokens".into(), new_rows: k, budget: None, alternatives: states.is_none(), states };
@@ -100,7 +101,7 @@ impl Session {
     }
 }
 
-impl Gemma3 {
+impl LanguageModel {
     /// Whether generation runs incrementally (the default: the prompt once, then one token
     /// per run, with what the derivation keeps) or recomputes the whole sequence per token.
     pub fn set_incremental(&mut self, on: bool) {
@@ -141,7 +142,7 @@ impl Gemma3 {
 
     /// The one-token plan generation runs at the session's capacity (`None` before the
     /// first prompt), how it was made, the derivation's summary, and — with
-    /// [`Gemma3::set_profiling`] on — its last run's step times.
+    /// [`LanguageModel::set_profiling`] on — its last run's step times.
     pub fn generation_plan(&self) -> Option<crate::PlanView<'_>> {
         let mut v = self.session.plans.view(&(1, self.session.capacity))?;
         v.derivation = Some(&self.session.derivation);
@@ -160,7 +161,7 @@ impl Gemma3 {
         while c < len {
             c *= 2;
         }
-        c.min(self.config.context_length.max(len))
+        c.min(self.context_length().max(len))
     }
 
     /// The derived graph of a run appending `k` tokens to a sequence of capacity `cap`, with

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::collections::HashMap;
-use tg_models::{Gemma3, Logits, SamplingParams};
+use tg_models::{LanguageModel, Logits, SamplingParams};
 
 struct Case {
     prompt: String,
@@ -40,7 +40,7 @@ fn fixtures() -> Vec<Case> {
 #[test]
 fn greedy_continuations_match_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let mut total_match = 0;
     for c in fixtures() {
         let ids = m.tokenizer.encode(&c.prompt, true, true);
@@ -89,7 +89,7 @@ fn greedy_continuations_match_llama_cpp() {
 #[test]
 fn final_logits_match_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     for c in fixtures() {
         let want = read_f32(&repo_root().join(format!("tests/fixtures/llama_cpp/{}.logits.f32", c.slug)));
         let got = m.forward(&c.prompt_tokens, Logits::Last).unwrap();
@@ -113,7 +113,7 @@ fn final_logits_match_llama_cpp() {
 #[test]
 fn kernels_match_the_reference_interpreter() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let c = &fixtures()[0];
     let toks = &c.prompt_tokens;
     let got = m.forward(toks, Logits::All).unwrap();
@@ -122,12 +122,12 @@ fn kernels_match_the_reference_interpreter() {
     inputs.insert("tokens".to_string(), tg_ir::HostTensor::i32(&[toks.len()], toks.iter().map(|&t| t as i32).collect()).unwrap());
     let want = tg_ir::interp::eval(&g, &inputs, m.weights()).unwrap();
     let want = &want["logits"];
-    assert_eq!(want.shape, vec![toks.len(), m.config.n_vocab]);
+    assert_eq!(want.shape, vec![toks.len(), m.n_vocab()]);
     let e = nmse(&got, &want.data);
     eprintln!("kernels vs reference interpreter, all {} positions: NMSE {e:.3e}", toks.len());
     assert!(e < 1e-6, "NMSE {e:e}");
     // Top-1 at every position agrees too.
-    let v = m.config.n_vocab;
+    let v = m.n_vocab();
     for p in 0..toks.len() {
         let w: Vec<f32> = want.data[p * v..(p + 1) * v].iter().map(|&x| x as f32).collect();
         assert_eq!(top_k(&got[p * v..(p + 1) * v], 1), top_k(&w, 1), "position {p}");
@@ -139,8 +139,8 @@ fn kernels_match_the_reference_interpreter() {
 #[test]
 fn q8_activation_numerics_stay_close() {
     let Some(path) = model_path() else { return };
-    let mut exact = Gemma3::load(&path, 2).unwrap();
-    let mut q8 = Gemma3::load(&path, 2).unwrap();
+    let mut exact = LanguageModel::load(&path, 2).unwrap();
+    let mut q8 = LanguageModel::load(&path, 2).unwrap();
     q8.set_compile_options(tg_compiler::CompileOptions { numerics: tg_compiler::Numerics::Q8Activations, ..Default::default() });
     for c in fixtures() {
         let want = read_f32(&repo_root().join(format!("tests/fixtures/llama_cpp/{}.logits.f32", c.slug)));
@@ -163,12 +163,12 @@ fn q8_activation_numerics_stay_close() {
 #[test]
 fn long_prompts_past_the_sliding_window_match_llama_cpp() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
     for p in fx["prompts"].as_array().unwrap() {
         let ids = m.tokenizer.encode(p["prompt"].as_str().unwrap(), true, true);
         assert_eq!(ids.len() as u64, p["prompt_tokens"].as_u64().unwrap());
-        assert!(ids.len() > m.config.sliding_window);
+        assert!(ids.len() > m.config_as::<tg_models::Gemma3Config>().unwrap().sliding_window);
         let got = m.forward(&ids, Logits::Last).unwrap();
         let want: Vec<usize> = p["top5"].as_array().unwrap().iter().map(|x| x[0].as_u64().unwrap() as usize).collect();
         let ours = top_k(&got, 5);
@@ -193,7 +193,7 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
 #[test]
 fn incremental_runs_equal_whole_sequence_runs() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let full = m.graph(8, Logits::Last).unwrap();
     assert!(!full.nodes.iter().any(|n| matches!(n.op, tg_ir::Op::State { .. } | tg_ir::Op::StoreRows { .. })), "the model definition keeps no state");
     let c = &fixtures()[0];
@@ -202,7 +202,7 @@ fn incremental_runs_equal_whole_sequence_runs() {
     let info = m.session_info();
     eprintln!("{}; {} states, {} KiB", info.derivation, info.states.len(), info.bytes / 1024);
     // Keys and values of every layer, and nothing else.
-    assert_eq!(info.states.len(), 2 * m.config.n_layer);
+    assert_eq!(info.states.len(), 2 * m.arch().n_layer());
     let want = m.forward(&seq, Logits::Last).unwrap();
     let e = rel_err(&got, &want);
     eprintln!("prompt of {}: relative error {e:.2e}", seq.len());
@@ -223,11 +223,11 @@ fn incremental_runs_equal_whole_sequence_runs() {
 #[test]
 fn shared_prefixes_and_long_prompts_through_the_incremental_path() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
     let p = &fx["prompts"][0];
     let ids = m.tokenizer.encode(p["prompt"].as_str().unwrap(), true, true);
-    assert!(ids.len() > m.config.sliding_window + 8);
+    assert!(ids.len() > m.config_as::<tg_models::Gemma3Config>().unwrap().sliding_window + 8);
     let n = ids.len();
     m.prefill(&ids[..n - 4]).unwrap();
     let mut got = Vec::new();
@@ -257,7 +257,7 @@ fn shared_prefixes_and_long_prompts_through_the_incremental_path() {
 #[test]
 fn growing_past_the_capacity_keeps_the_rows() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("tests/fixtures/llama_cpp/long_prompts.json")).unwrap()).unwrap();
     let ids = m.tokenizer.encode(fx["prompts"][0]["prompt"].as_str().unwrap(), true, true);
     m.prefill(&ids[..380]).unwrap();

@@ -7,12 +7,12 @@ mod common;
 
 use common::*;
 use std::time::Instant;
-use tg_models::{Gemma3, SamplingParams};
+use tg_models::{LanguageModel, SamplingParams};
 
 #[test]
 fn compile_ms_counts_the_incremental_plans() {
     let Some(path) = model_path() else { return };
-    let mut m = Gemma3::load(&path, 2).unwrap();
+    let mut m = LanguageModel::load(&path, 2).unwrap();
     // Compile in this process instead of loading plans another run stored.
     m.set_plan_store(None);
     assert!(m.incremental(), "incremental generation is the default");

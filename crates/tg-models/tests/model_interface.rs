@@ -9,7 +9,7 @@ use common::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use tg_ir::{HostData, HostTensor};
-use tg_models::{open, Dim, ElemType, EmbeddingGemma, Gemma3, InputProblem, Logits, Model, ModelError, OpenOptions, SamplingParams};
+use tg_models::{open, Dim, ElemType, EmbeddingGemma, LanguageModel, InputProblem, Logits, Model, ModelError, OpenOptions, SamplingParams};
 
 fn opts() -> OpenOptions {
     OpenOptions::cpu(2).unwrap()
@@ -44,8 +44,8 @@ fn gemma3_through_the_interface_is_its_forward_pass() {
     let Some(path) = model_path() else { return };
     let mut m = open(&path, opts()).unwrap();
     assert_eq!(m.kind(), "gemma3");
-    let mut g = Gemma3::load(&path, 2).unwrap();
-    let (ctx, vocab) = (g.config.context_length, g.config.n_vocab);
+    let mut g = LanguageModel::load(&path, 2).unwrap();
+    let (ctx, vocab) = (g.context_length(), g.n_vocab());
     let ins = m.inputs();
     assert_eq!((ins.len(), ins[0].name.as_str(), ins[0].elem), (1, "tokens", ElemType::I32));
     assert_eq!(ins[0].dims, Some(vec![Dim::free("tokens", Some(ctx))]));

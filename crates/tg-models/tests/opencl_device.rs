@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tg_models::embedding_gemma::cosine;
-use tg_models::{EmbeddingGemma, Gemma3, Logits, SamplingParams};
+use tg_models::{EmbeddingGemma, LanguageModel, Logits, SamplingParams};
 use tg_runtime::Device;
 
 /// The first OpenCL device, opened once per test (each opens its own context: PoCL is fine
@@ -57,8 +57,8 @@ fn nmse32(got: &[f32], want: &[f32]) -> f64 {
 fn gemma_on_opencl_matches_the_cpu() {
     let Some(path) = model_path() else { return };
     let Some(dev) = opencl() else { return };
-    let mut cpu = Gemma3::load(&path, 2).unwrap();
-    let mut gpu = Gemma3::load_on(&path, dev.clone()).unwrap();
+    let mut cpu = LanguageModel::load(&path, 2).unwrap();
+    let mut gpu = LanguageModel::load_on(&path, dev.clone()).unwrap();
     for m in [&mut cpu, &mut gpu] {
         m.set_plan_store(None);
     }

@@ -12,7 +12,7 @@ use common::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tg_compiler::{CompileOptions, CostSource};
-use tg_models::{Gemma3, Logits, SamplingParams};
+use tg_models::{LanguageModel, Logits, SamplingParams};
 use tg_profile::{Fingerprint, Link, Profile, Roofline};
 use tg_runtime::{Device, Executable, Kernel};
 
@@ -46,7 +46,7 @@ fn gemma_split_across_cpu_and_opencl_gives_the_cpu_tokens() {
     let opts = CompileOptions { cost: CostSource::Profile(profile.clone()), ..Default::default() };
 
     // The prompt plan: placed on both devices, run with a measured timeline.
-    let mut two = Gemma3::load_on_devices(&path, vec![cpu.clone(), cl.clone()]).unwrap();
+    let mut two = LanguageModel::load_on_devices(&path, vec![cpu.clone(), cl.clone()]).unwrap();
     two.set_compile_options(opts.clone());
     two.set_plan_store(None);
     let seq = 6;
@@ -82,9 +82,9 @@ fn gemma_split_across_cpu_and_opencl_gives_the_cpu_tokens() {
 
     // Greedy tokens through the incremental path (states at home, readers placed).
     let prompt = two.tokenizer.encode("The capital of France is", true, true);
-    let params = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 };
+    let params = SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0, ..Default::default() };
     let (got, _) = two.generate_tokens(&prompt, 8, &params, |_| true).unwrap();
-    let mut one = Gemma3::load_on_devices(&path, vec![cpu]).unwrap();
+    let mut one = LanguageModel::load_on_devices(&path, vec![cpu]).unwrap();
     one.set_compile_options(opts);
     one.set_plan_store(None);
     let (want, _) = one.generate_tokens(&prompt, 8, &params, |_| true).unwrap();

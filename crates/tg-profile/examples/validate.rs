@@ -15,7 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse()).collect::<Result<_, _>>()?;
     let (seq, threads) = (args.first().copied().unwrap_or(1), args.get(1).copied().unwrap_or(2));
     let path = std::env::var("TG_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|_| tg_models::cache::cache_dir().join(tg_models::cache::DEFAULT_MODEL));
-    let m = tg_models::Gemma3::load(&path, threads)?;
+    let m = tg_models::LanguageModel::load(&path, threads)?;
     let graph = m.graph(seq, tg_models::Logits::Last)?;
     let mut devices = CpuDevices::default();
     let dev = devices.device("cpu", threads)?;

@@ -41,7 +41,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<graph::GraphCore>()?;
     m.add_class::<compiled::Compiled>()?;
-    m.add_class::<models::PyGemma3>()?;
+    m.add_class::<models::PyLanguageModel>()?;
     m.add_class::<models::PyEmbeddingGemma>()?;
     m.add_class::<media::PyTerrainDiffusion>()?;
     m.add_class::<media::PyAudioEmbedder>()?;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tg_compiler::CompileOptions;
-use tg_models::{EmbeddingGemma, Gemma3, GenTimings, Logits, SamplingParams, StreamDecoder, Tokenizer};
+use tg_models::{EmbeddingGemma, LanguageModel, GenTimings, Logits, SamplingParams, StreamDecoder, Tokenizer};
 
 use tg_models::cache::{cache_dir, DEFAULT_EMBEDDING_MODEL, DEFAULT_MODEL};
 
@@ -64,9 +64,9 @@ enum Prompt {
 
 /// Gemma 3 loaded from a GGUF file (e.g. Gemma 3 270M Q4_K_M): tokenizer, logits and
 /// generation, compiled and run by Tensor Graphs on the CPU.
-#[pyclass(module = "tensor_graphs", name = "Gemma3", frozen)]
-pub struct PyGemma3 {
-    model: Arc<Mutex<Gemma3>>,
+#[pyclass(module = "tensor_graphs", name = "LanguageModel", frozen)]
+pub struct PyLanguageModel {
+    model: Arc<Mutex<LanguageModel>>,
     tokenizer: Arc<Tokenizer>,
     path: PathBuf,
     config: serde_json::Value,
@@ -74,7 +74,7 @@ pub struct PyGemma3 {
     context_length: usize,
 }
 
-impl PyGemma3 {
+impl PyLanguageModel {
     fn encode(&self, prompt: Prompt, add_bos: bool) -> Res<Vec<u32>> {
         let ids = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t, add_bos, true),
@@ -93,7 +93,7 @@ impl PyGemma3 {
 }
 
 #[pymethods]
-impl PyGemma3 {
+impl PyLanguageModel {
     /// Loads a Gemma 3 GGUF file: `path`, else `$TG_MODEL`, else the default model in the
     /// cache (`~/.cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf`). `threads`: worker
     /// threads (0 = all cores). `numerics`: `"exact"` (f32 activations) or `"q8"`
@@ -108,15 +108,15 @@ impl PyGemma3 {
         let p = path.clone();
         let m = py.detach(move || {
             guard(|| {
-                let mut m = Gemma3::load_on_devices(&p, devs).map_err(load_error)?;
+                let mut m = LanguageModel::load_on_devices(&p, devs).map_err(load_error)?;
                 // The planner uses this machine's kernel profile (`tg profile`) when there is one.
                 let (cost, _) = tg_compiler::CostSource::for_this_machine();
                 m.set_compile_options(CompileOptions { numerics, cost, placement, ..Default::default() });
                 Ok(m)
             })
         })?;
-        let config = json_value(&m.config)?;
-        Ok(PyGemma3 { tokenizer: m.tokenizer.clone(), n_vocab: m.config.n_vocab, context_length: m.config.context_length, model: Arc::new(Mutex::new(m)), path, config })
+        let config = m.arch().config_json();
+        Ok(PyLanguageModel { tokenizer: m.tokenizer.clone(), n_vocab: m.n_vocab(), context_length: m.context_length(), model: Arc::new(Mutex::new(m)), path, config })
     }
 
     /// The model file.
@@ -214,7 +214,7 @@ impl PyGemma3 {
         stream: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.encode(prompt, add_bos)?;
-        let params = SamplingParams { temperature, top_k, top_p, seed };
+        let params = SamplingParams { temperature, top_k, top_p, seed, ..Default::default() };
         if stream {
             return Ok(Bound::new(py, TokenStream::start(self.model.clone(), self.tokenizer.clone(), ids, max_tokens, params)?)?.into_any());
         }
@@ -266,7 +266,7 @@ impl PyGemma3 {
     }
 
     fn __repr__(&self) -> String {
-        format!("Gemma3(path='{}', vocab_size={}, context_length={})", self.path.display(), self.n_vocab, self.context_length)
+        format!("LanguageModel(path='{}', vocab_size={}, context_length={})", self.path.display(), self.n_vocab, self.context_length)
     }
 }
 
@@ -316,7 +316,7 @@ pub struct TokenStream {
 }
 
 impl TokenStream {
-    fn start(model: Arc<Mutex<Gemma3>>, tok: Arc<Tokenizer>, ids: Vec<u32>, n: usize, params: SamplingParams) -> Res<TokenStream> {
+    fn start(model: Arc<Mutex<LanguageModel>>, tok: Arc<Tokenizer>, ids: Vec<u32>, n: usize, params: SamplingParams) -> Res<TokenStream> {
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let halt = stop.clone();
@@ -476,7 +476,7 @@ impl PyEmbeddingGemma {
         let p: PathBuf = path.clone();
         let mut m = py.detach(move || guard(|| EmbeddingGemma::load_on_devices(Path::new(&p), devs).map_err(load_error)))?;
         m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, placement, ..Default::default() });
-        let config = json_value(&m.config)?;
+        let config = m.arch().config_json();
         Ok(PyEmbeddingGemma {
             output_dim: m.config.output_dim(),
             max_seq_length: m.config.max_seq_length,

@@ -211,7 +211,7 @@ impl ModelSession {
         if !self.capabilities.contains(&"generate") {
             return Err(self.unsupported("generate text"));
         }
-        let params = SamplingParams { temperature, top_k, top_p, seed };
+        let params = SamplingParams { temperature, top_k, top_p, seed, ..Default::default() };
         let model = self.model.clone();
         Ok(py.detach(move || {
             guard(|| {

@@ -194,7 +194,7 @@ fn a_gemma_plan_renders_at_full_scale() {
     if !path.is_file() {
         return skip(&format!("no model at {}", path.display()));
     }
-    let m = tg_models::Gemma3::load(&path, 2).unwrap();
+    let m = tg_models::LanguageModel::load(&path, 2).unwrap();
     let devs = m.devices();
     let inc = m.incremental_graph(1, 384).unwrap();
     let c = compile(&inc.graph, &devs, &CompileOptions::default()).unwrap();

@@ -15,7 +15,7 @@ Build a graph with a numpy-flavoured API, compile it, run it on numpy arrays::
 
 Run models::
 
-    m = tg.Gemma3()                                # ~/.cache/tensor-graphs/models/... or $TG_MODEL
+    m = tg.LanguageModel()                         # ~/.cache/tensor-graphs/models/... or $TG_MODEL
     print(m.generate("The capital of France is", max_tokens=16))
     for tok in m.generate("Once upon a time", stream=True):
         print(tok.text, end="", flush=True)
@@ -34,7 +34,10 @@ Errors are subclasses of :class:`TensorGraphsError` (see :mod:`tensor_graphs.err
 The GIL is released while the engine computes.
 """
 
-from ._native import AudioEmbedder, Compiled, EmbeddingGemma, Gemma3, TerrainDiffusion, Token, TokenStream, __version__, default_threads, plan_problem
+from ._native import AudioEmbedder, Compiled, EmbeddingGemma, LanguageModel, TerrainDiffusion, Token, TokenStream, __version__, default_threads, plan_problem
+
+#: Earlier name of :class:`LanguageModel` (it ran Gemma 3 only); kept so old code keeps working.
+Gemma3 = LanguageModel
 from . import errors, fused, onnx
 from ._session import Session, TensorInfo, kinds, load
 from .errors import (
@@ -63,6 +66,7 @@ bool_ = __import__("numpy").bool_
 __all__ = [
     "__version__",
     "Compiled",
+    "LanguageModel",
     "Gemma3",
     "TerrainDiffusion",
     "AudioEmbedder",

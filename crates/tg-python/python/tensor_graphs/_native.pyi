@@ -1,6 +1,6 @@
 """Type stubs of the compiled extension ``tensor_graphs._native``.
 
-``Compiled``, ``Gemma3``, ``EmbeddingGemma``, ``TokenStream`` and ``Token`` are public
+``Compiled``, ``LanguageModel`` (alias ``Gemma3``), ``EmbeddingGemma``, ``TokenStream`` and ``Token`` are public
 (re-exported by ``tensor_graphs``); ``GraphCore``, ``compile`` and ``reference_eval`` are
 the low-level layer under ``tensor_graphs.Graph`` / ``tensor_graphs.compile``.
 """
@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["GraphCore", "Compiled", "Gemma3", "EmbeddingGemma", "TokenStream", "Token", "compile", "reference_eval", "default_threads", "plan_problem", "STAGES", "ModelSession", "load_model", "MODEL_KINDS", "__version__"]
+__all__ = ["GraphCore", "Compiled", "LanguageModel", "EmbeddingGemma", "TokenStream", "Token", "compile", "reference_eval", "default_threads", "plan_problem", "STAGES", "ModelSession", "load_model", "MODEL_KINDS", "__version__"]
 __version__: str
 #: Names of the compiler stages, in order.
 STAGES: List[str]
@@ -137,10 +137,10 @@ class TokenStream(Iterator[Token]):
 _Prompt = Union[str, Sequence[int]]
 
 @final
-class Gemma3:
+class LanguageModel:
     """Gemma 3 from a GGUF file: tokenizer, logits and generation on the CPU."""
 
-    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, numerics: Literal["exact", "q8"] = "exact", devices: Sequence[str] = ..., place: Sequence[str] = ...) -> Gemma3:
+    def __new__(cls, path: Optional[Union[str, os.PathLike[str]]] = None, threads: int = 0, numerics: Literal["exact", "q8"] = "exact", devices: Sequence[str] = ..., place: Sequence[str] = ...) -> LanguageModel:
         """Loads ``path``, else ``$TG_MODEL``, else the default model in the cache
         (``ModelNotFoundError`` if absent; ``ModelError`` if unusable)."""
     @property
