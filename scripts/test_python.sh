@@ -11,7 +11,7 @@
 # 3. builds the `tg` binary (the model tests compare Python with it);
 # 4. runs pytest on crates/tg-python/tests and prints the test counts.
 #
-# Models: $TG_MODEL / $TG_EMBED_MODEL, else fetched into the cache like scripts/test.sh does
+# Models: $TG_MODEL / $TG_QWEN_MODEL / $TG_EMBED_MODEL, else fetched into the cache like scripts/test.sh does
 # (with TG_ALLOW_MISSING_MODEL=1, missing models skip the model tests instead).
 # pytest's exit status 5 ("no tests collected") is a failure here, never a silent pass.
 set -euo pipefail
@@ -32,6 +32,10 @@ fi
 if [[ -z "${TG_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
     TG_MODEL="$("$PY" scripts/fetch_model.py)"
     export TG_MODEL
+fi
+if [[ -z "${TG_QWEN_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
+    TG_QWEN_MODEL="$("$PY" scripts/fetch_model.py --model qwen2.5-coder-0.5b)"
+    export TG_QWEN_MODEL
 fi
 if [[ -z "${TG_EMBED_MODEL:-}" && "${TG_ALLOW_MISSING_MODEL:-}" != "1" ]]; then
     TG_EMBED_MODEL="$("$PY" scripts/fetch_embedding_model.py)"

@@ -47,6 +47,13 @@ fn load_error(e: tg_models::ModelError) -> Error {
     }
 }
 
+/// A Python list of `{"role", "content"}` dicts as messages, checked as `tg generate
+/// --messages` checks its file (the entry that is wrong is named).
+pub(crate) fn messages(py: Python<'_>, list: &Bound<'_, PyAny>) -> PyResult<Vec<tg_models::Message>> {
+    let json: String = py.import("json")?.call_method1("dumps", (list,)).map_err(|e| err(Kind::Request, format!("messages: {e}")))?.extract()?;
+    Ok(tg_models::parse_messages(&json).map_err(|e| err(Kind::Request, format!("messages: {e}")))?)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -62,8 +69,8 @@ enum Prompt {
     Ids(Vec<u32>),
 }
 
-/// Gemma 3 loaded from a GGUF file (e.g. Gemma 3 270M Q4_K_M): tokenizer, logits and
-/// generation, compiled and run by Tensor Graphs on the CPU.
+/// A decoder language model from a GGUF file (Gemma 3, Llama 2/3, Mistral, Qwen2/2.5, Qwen3):
+/// tokenizer, logits, generation and chat, compiled and run by Tensor Graphs.
 #[pyclass(module = "tensor_graphs", name = "LanguageModel", frozen)]
 pub struct PyLanguageModel {
     model: Arc<Mutex<LanguageModel>>,
@@ -75,6 +82,22 @@ pub struct PyLanguageModel {
 }
 
 impl PyLanguageModel {
+    fn run_generation<'py>(&self, py: Python<'py>, ids: Vec<u32>, max_tokens: usize, params: SamplingParams, stream: bool) -> PyResult<Bound<'py, PyAny>> {
+        if stream {
+            return Ok(Bound::new(py, TokenStream::start(self.model.clone(), self.tokenizer.clone(), ids, max_tokens, params)?)?.into_any());
+        }
+        let model = self.model.clone();
+        let tok = self.tokenizer.clone();
+        let text = py.detach(move || {
+            guard(|| {
+                let (out, _) = lock(&model).generate_tokens(&ids, max_tokens, &params, |_| true).map_err(errors::model)?;
+                let text = tok.decode(&out, false).map_err(|e| err(Kind::Execution, e.to_string()))?;
+                Ok(tg_models::cut_at_stop(&text, &params.stop).to_string())
+            })
+        })?;
+        Ok(PyString::new(py, &text).into_any())
+    }
+
     fn encode(&self, prompt: Prompt, add_bos: bool) -> Res<Vec<u32>> {
         let ids = match prompt {
             Prompt::Text(t) => self.tokenizer.encode(&t, add_bos, true),
@@ -94,7 +117,7 @@ impl PyLanguageModel {
 
 #[pymethods]
 impl PyLanguageModel {
-    /// Loads a Gemma 3 GGUF file: `path`, else `$TG_MODEL`, else the default model in the
+    /// Loads a decoder GGUF file: `path`, else `$TG_MODEL`, else the default model in the
     /// cache (`~/.cache/tensor-graphs/models/gemma-3-270m-q4_k_m.gguf`). `threads`: worker
     /// threads (0 = all cores). `numerics`: `"exact"` (f32 activations) or `"q8"`
     /// (activations rounded to 8-bit blocks, faster).
@@ -199,7 +222,7 @@ impl PyLanguageModel {
     /// ties); otherwise sampling with `top_k` (0 = off), `top_p` (1 = off) and `seed`.
     /// Stops early at an end-of-generation token. Returns the generated text, or with
     /// `stream=True` a `TokenStream` that yields each `Token` as it is produced.
-    #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0, add_bos=true, stream=false))]
+    #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0, add_bos=true, stream=false, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn generate<'py>(
         &self,
@@ -212,21 +235,44 @@ impl PyLanguageModel {
         seed: u64,
         add_bos: bool,
         stream: bool,
+        min_p: f32,
+        repeat_penalty: f32,
+        stop: Vec<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ids = self.encode(prompt, add_bos)?;
-        let params = SamplingParams { temperature, top_k, top_p, seed, ..Default::default() };
-        if stream {
-            return Ok(Bound::new(py, TokenStream::start(self.model.clone(), self.tokenizer.clone(), ids, max_tokens, params)?)?.into_any());
-        }
-        let model = self.model.clone();
-        let tok = self.tokenizer.clone();
-        let text = py.detach(move || {
-            guard(|| {
-                let (out, _) = lock(&model).generate_tokens(&ids, max_tokens, &params, |_| true).map_err(errors::model)?;
-                tok.decode(&out, false).map_err(|e| err(Kind::Execution, e.to_string()))
-            })
-        })?;
-        Ok(PyString::new(py, &text).into_any())
+        let params = SamplingParams { temperature, top_k, top_p, min_p, repeat_penalty, stop, seed, ..Default::default() };
+        self.run_generation(py, ids, max_tokens, params, stream)
+    }
+
+    /// The assistant's reply to `messages` (a list of `{"role": ..., "content": ...}`
+    /// dicts), rendered with the model's chat template (the file's, or one given with
+    /// `set_chat_template`) and generated as `generate` does; the states of the
+    /// conversation so far are kept, so the next turn processes only its new tokens.
+    #[pyo3(signature = (messages, max_tokens=256, temperature=0.0, top_k=40, top_p=0.95, seed=0, stream=false, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn chat<'py>(
+        &self,
+        py: Python<'py>,
+        messages: &Bound<'py, PyAny>,
+        max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+        stream: bool,
+        min_p: f32,
+        repeat_penalty: f32,
+        stop: Vec<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let msgs = self::messages(py, messages)?;
+        let ids = lock(&self.model).chat_prompt(&msgs).map_err(errors::model)?;
+        let params = SamplingParams { temperature, top_k, top_p, min_p, repeat_penalty, stop, seed, ..Default::default() };
+        self.run_generation(py, ids, max_tokens, params, stream)
+    }
+
+    /// Uses the Jinja chat template `source` instead of the file's.
+    fn set_chat_template(&self, source: &str) -> PyResult<()> {
+        Ok(lock(&self.model).set_chat_template(source).map_err(errors::model)?)
     }
 
     /// Whether generation is incremental (default `True`): the prompt once, then one token
@@ -476,7 +522,7 @@ impl PyEmbeddingGemma {
         let p: PathBuf = path.clone();
         let mut m = py.detach(move || guard(|| EmbeddingGemma::load_on_devices(Path::new(&p), devs).map_err(load_error)))?;
         m.set_compile_options(CompileOptions { cost: tg_compiler::CostSource::for_this_machine().0, placement, ..Default::default() });
-        let config = m.arch().config_json();
+        let config = json_value(&m.config)?;
         Ok(PyEmbeddingGemma {
             output_dim: m.config.output_dim(),
             max_seq_length: m.config.max_seq_length,

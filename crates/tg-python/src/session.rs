@@ -122,6 +122,18 @@ impl ModelSession {
         Ok(out)
     }
 
+    /// Runs `f` on the model's generate capability with the GIL released.
+    fn generating(&self, py: Python<'_>, f: impl FnOnce(&mut dyn tg_models::Generate) -> Result<String, tg_models::ModelError> + Send) -> PyResult<String> {
+        let model = self.model.clone();
+        Ok(py.detach(move || {
+            guard(|| {
+                let mut m = lock(&model);
+                let g = m.as_generator().ok_or_else(|| err(Kind::Request, "the model does not generate text"))?;
+                f(g).map_err(errors::model)
+            })
+        })?)
+    }
+
     fn unsupported(&self, what: &str) -> PyErr {
         err(Kind::Request, format!("{}: a {} model does not {what} (it can: {})", self.path, self.kind, self.capabilities.join(", "))).into()
     }
@@ -204,22 +216,28 @@ impl ModelSession {
         to_py(py, &serde_json::to_value(t).map_err(|e| err(Kind::Execution, e.to_string()))?)
     }
 
-    /// Generates text after `prompt` (the `generate` capability; see `Gemma3.generate`).
-    #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0))]
+    /// Generates text after `prompt` (the `generate` capability; see `LanguageModel.generate`).
+    #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
-    fn generate(&self, py: Python<'_>, prompt: String, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64) -> PyResult<String> {
+    fn generate(&self, py: Python<'_>, prompt: String, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64, min_p: f32, repeat_penalty: f32, stop: Vec<String>) -> PyResult<String> {
         if !self.capabilities.contains(&"generate") {
             return Err(self.unsupported("generate text"));
         }
-        let params = SamplingParams { temperature, top_k, top_p, seed, ..Default::default() };
-        let model = self.model.clone();
-        Ok(py.detach(move || {
-            guard(|| {
-                let mut m = lock(&model);
-                let g = m.as_generator().ok_or_else(|| err(Kind::Request, "the model does not generate text"))?;
-                g.generate_text(&prompt, max_tokens, &params).map_err(errors::model)
-            })
-        })?)
+        let params = SamplingParams { temperature, top_k, top_p, min_p, repeat_penalty, stop, seed, ..Default::default() };
+        self.generating(py, move |g| g.generate_text(&prompt, max_tokens, &params))
+    }
+
+    /// The assistant's reply to `messages` (a list of `{"role", "content"}` dicts) through
+    /// the model's chat template (the `generate` capability; see `LanguageModel.chat`).
+    #[pyo3(signature = (messages, max_tokens=256, temperature=0.0, top_k=40, top_p=0.95, seed=0, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn chat(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64, min_p: f32, repeat_penalty: f32, stop: Vec<String>) -> PyResult<String> {
+        if !self.capabilities.contains(&"generate") {
+            return Err(self.unsupported("chat"));
+        }
+        let msgs = crate::models::messages(py, messages)?;
+        let params = SamplingParams { temperature, top_k, top_p, min_p, repeat_penalty, stop, seed, ..Default::default() };
+        self.generating(py, move |g| g.chat(&msgs, max_tokens, &params))
     }
 
     /// Embeds texts (the `embed` capability; see `EmbeddingGemma.embed`): float32

@@ -87,6 +87,12 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    """The Qwen2.5-Coder-0.5B-Instruct GGUF file (architecture qwen2, byte-level BPE, a chat template)."""
+    return _model_path("TG_QWEN_MODEL", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", False, "fetch_model.py --model qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
 def embed_path() -> Path:
     """The EmbeddingGemma folder."""
     return _model_path("TG_EMBED_MODEL", "embeddinggemma-300m", True, "fetch_embedding_model.py")

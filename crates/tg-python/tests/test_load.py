@@ -46,7 +46,7 @@ def test_unknown_and_missing_paths(tmp_path):
         tg.load(tmp_path / "nothing.onnx")
     with pytest.raises(tg.ModelError, match="'nope'"):
         tg.load(f, kind="nope")
-    assert set(tg.kinds) == {"gemma3", "embedding-gemma", "onnx"}
+    assert set(tg.kinds) == {"gemma3", "llama", "qwen2", "qwen3", "embedding-gemma", "onnx"}
 
 
 def test_terrain_unet_through_load_matches_onnxruntime(onnx_models):

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import tensor_graphs as tg
+from conftest import REPO
 from test_gil import progress_during
 
 PROMPT = "The capital of France is"
@@ -190,6 +191,36 @@ def test_gemma_generation_releases_the_gil(gemma):
 
 
 # EmbeddingGemma ---------------------------------------------------------------------------
+
+
+def test_qwen_chat_matches_cli_and_llama_cpp(qwen_path, tg_cli, tmp_path):
+    """Any decoder GGUF through the same classes: Qwen2 with its chat template, from
+    ``LanguageModel`` and from ``load``, equal to ``tg generate --messages`` and to llama.cpp's
+    greedy tokens (tests/fixtures/llama_cpp/qwen2.5-coder)."""
+    fixture = json.loads((REPO / "tests/fixtures/llama_cpp/qwen2.5-coder/greedy.json").read_text())
+    case = next(c for c in fixture["chats"] if c["slug"] == "chat_multi_turn")
+    messages = case["messages"]
+    f = tmp_path / "messages.json"
+    f.write_text(json.dumps(messages))
+    n = 12
+    ref = json.loads(cli(tg_cli, "generate", "--json", "--model", str(qwen_path), "-n", str(n), "--messages", str(f)))
+    assert ref["prompt_tokens"] == case["prompt_tokens"]
+    assert ref["tokens"] == case["generated_tokens"][:n]
+    m = tg.LanguageModel(qwen_path, threads=2)
+    assert m.config["arch"] == "qwen2"
+    assert m.chat(messages, max_tokens=n) == ref["text"]
+    toks = [t.id for t in m.chat(messages, max_tokens=n, stream=True)]
+    assert toks == ref["tokens"]
+    # A stop string ends the text before it.
+    cut = m.chat(messages, max_tokens=n, stop=["size"])
+    assert "size" not in cut and ref["text"].startswith(cut)
+    s = tg.load(qwen_path)
+    assert "generate" in s.capabilities
+    assert s.chat(messages, max_tokens=n) == ref["text"]
+    with pytest.raises(tg.RequestError, match="entry 1"):
+        m.chat([{"role": "user", "content": "hi"}, {"content": "no role"}])
+    with pytest.raises(tg.RequestError):
+        m.chat("not a list")
 
 
 def test_embed_query_matches_cli(embedder, embed_path, tg_cli):

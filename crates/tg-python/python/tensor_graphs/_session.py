@@ -89,9 +89,15 @@ class Session:
         """Compiles the plans ``run`` needs for these feeds now; returns the times."""
         return self._s.compile(dict(feeds))
 
-    def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, seed: int = 0) -> str:
-        """Text generated after ``prompt`` (models with the ``generate`` capability)."""
-        return self._s.generate(prompt, max_tokens, temperature, top_k, top_p, seed)
+    def generate(self, prompt: str, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, seed: int = 0, min_p: float = 0.05, repeat_penalty: float = 1.0, stop: Sequence[str] = ()) -> str:
+        """Text generated after ``prompt`` (models with the ``generate`` capability); it
+        ends before the first of ``stop``."""
+        return self._s.generate(prompt, max_tokens, temperature, top_k, top_p, seed, min_p, repeat_penalty, list(stop))
+
+    def chat(self, messages: Sequence[Dict[str, str]], max_tokens: int = 256, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, seed: int = 0, min_p: float = 0.05, repeat_penalty: float = 1.0, stop: Sequence[str] = ()) -> str:
+        """The assistant's reply to ``messages`` (``[{"role": ..., "content": ...}, ...]``)
+        through the model's chat template (models with the ``generate`` capability)."""
+        return self._s.chat(messages, max_tokens, temperature, top_k, top_p, seed, min_p, repeat_penalty, list(stop))
 
     def embed(self, texts, prompt_name: Optional[str] = None, dim: Optional[int] = None):
         """Embeddings of ``texts`` (a string or a sequence): float32 ``(dim,)`` or
