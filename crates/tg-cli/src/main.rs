@@ -286,7 +286,8 @@ enum Cmd {
         report: Option<PathBuf>,
     },
     /// Write a random-weight model with the exact layout of a real one (`gemma3-270m`: GGUF,
-    /// optionally a Hugging Face checkpoint of the same weights), or dump a GGUF file's layout.
+    /// optionally a Hugging Face checkpoint of the same weights), a tiny one of another
+    /// decoder family (`llama3-tiny`, `mistral-tiny`, `qwen3-tiny`, ...), or dump a GGUF file's layout.
     Synth(synth::SynthArgs),
     /// Print the final-position logits of a prompt (table, JSON or raw f32 file).
     Logits(logits::LogitsArgs),

@@ -11,19 +11,26 @@
 //!   folder with the configuration files and tensor shapes of EmbeddingGemma-300M
 //!   (`tests/fixtures/embeddinggemma-300m-layout.json`), random F32 weights and a synthetic
 //!   word-level `tokenizer.json` of the same size, so `tg embed` / `tg bench-embed` run.
+//! - `tg synth llama3-tiny|mistral-tiny|qwen3-tiny|llama-linear-tiny|llama-yarn-tiny --out
+//!   model.gguf [--seed N]`: a tiny Llama-family GGUF file written from scratch
+//!   (`tg_models::synth::TinyModel`: Llama 3 with RoPE frequency factors, Mistral with a
+//!   sliding window and a SentencePiece vocabulary, Qwen3, Llama with linear or YaRN RoPE
+//!   scaling), the same bytes for the same seed; llama.cpp's logits on these files are the
+//!   fixtures in `tests/fixtures/llama_cpp/synth/`.
 //! - `tg synth --dump-layout FILE.gguf|DIR [--out layout.json]`: the layout of a real GGUF
 //!   file or sentence-transformers folder, as the fixtures were made.
 
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use tg_models::synth::{self, FolderLayout, GgufLayout, SynthOptions};
+use tg_models::synth::{self, FolderLayout, GgufLayout, SynthOptions, TinyModel};
 
 /// Arguments of `tg synth`.
 #[derive(Args)]
 pub struct SynthArgs {
-    /// What to write: `gemma3-270m` (a GGUF file) or `embeddinggemma-300m` (a
-    /// sentence-transformers folder).
+    /// What to write: `gemma3-270m` (a GGUF file), `embeddinggemma-300m` (a
+    /// sentence-transformers folder), or a tiny Llama-family GGUF file: `llama3-tiny`,
+    /// `mistral-tiny`, `qwen3-tiny`, `llama-linear-tiny`, `llama-yarn-tiny`.
     #[arg(required_unless_present = "dump_layout")]
     model: Option<String>,
     /// Output file (with `--dump-layout`: the layout JSON; printed when omitted).
@@ -81,8 +88,42 @@ pub fn run(a: SynthArgs) -> Result<(), String> {
     match model {
         "gemma3-270m" => gemma3(&a),
         "embeddinggemma-300m" => embedding(&a),
-        other => Err(format!("tg synth: unknown model '{other}' (known: gemma3-270m, embeddinggemma-300m)")),
+        other => match TinyModel::from_name(other) {
+            Some(tiny) => tiny_model(&a, tiny),
+            None => {
+                let tiny: Vec<&str> = TinyModel::ALL.iter().map(|m| m.name()).collect();
+                Err(format!("tg synth: unknown model '{other}' (known: gemma3-270m, embeddinggemma-300m, {})", tiny.join(", ")))
+            }
+        },
     }
+}
+
+fn tiny_model(a: &SynthArgs, model: TinyModel) -> Result<(), String> {
+    let name = model.name();
+    let out = a.out.as_ref().ok_or_else(|| format!("tg synth {name}: --out FILE.gguf is required"))?;
+    for (given, flag) in [(a.layers.is_some(), "--layers"), (a.hf_dir.is_some(), "--hf-dir"), (a.layout.is_some(), "--layout")] {
+        if given {
+            return Err(format!("tg synth {name}: {flag} is for the layouts of real models; a tiny model has a fixed configuration"));
+        }
+    }
+    let t0 = Instant::now();
+    let s = synth::write_tiny(model, a.seed, out).map_err(|e| e.to_string())?;
+    let spec = model.spec();
+    eprintln!(
+        "wrote {}: {} ({}, {} layers, n_embd {}), {} tensors, {} weights, {} tokens, {} bytes, seed {} ({:.2} s)",
+        out.display(),
+        name,
+        spec.arch,
+        spec.n_layer,
+        spec.n_embd,
+        s.tensors,
+        s.elements,
+        s.vocab,
+        s.bytes,
+        a.seed,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn gemma3(a: &SynthArgs) -> Result<(), String> {

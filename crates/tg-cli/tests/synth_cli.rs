@@ -5,7 +5,9 @@
 //! every Hugging Face tensor name with the right shape (read from the safetensors header
 //! alone), holds the same weights (norms minus 1) and has a config that matches the
 //! GGUF metadata. A one-layer EmbeddingGemma-300M-shaped folder has the fixture's layout and
-//! embeds texts to unit vectors with `tg embed`. Bad requests fail with a message, never a
+//! embeds texts to unit vectors with `tg embed`. The tiny Llama-family files (`llama3-tiny`
+//! …) are the library's bytes and run with `tg logits`, whose prompt tokens and top-1 are
+//! llama.cpp's (tests/fixtures/llama_cpp/synth). Bad requests fail with a message, never a
 //! panic.
 
 use std::path::{Path, PathBuf};
@@ -224,11 +226,41 @@ fn synth_embeddinggemma_one_layer_embeds() {
 }
 
 #[test]
+fn synth_tiny_llama_family_files_run_like_llama_cpp() {
+    let d = dir("tiny");
+    for model in tg_models::synth::TinyModel::ALL {
+        let name = model.name();
+        let out = d.join(format!("{name}.gguf"));
+        let o = out.to_str().unwrap();
+        ok(&["synth", name, "--seed", "1", "--out", o]);
+        let lib = d.join("lib.gguf");
+        tg_models::synth::write_tiny(model, 1, &lib).unwrap();
+        assert!(std::fs::read(&out).unwrap() == std::fs::read(&lib).unwrap(), "{name}: tg synth and write_tiny differ");
+
+        let fx_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/llama_cpp/synth").join(format!("{name}.json"));
+        let fx: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&fx_path).unwrap()).unwrap();
+        assert_eq!(fx["meta"]["synth_command"], format!("tg synth {name} --seed 1 --out {name}.gguf"));
+        let p = &fx["prompts"][0];
+        let v: serde_json::Value = serde_json::from_str(&ok(&["logits", "-m", o, "-t", "2", "--json", "-p", p["prompt"].as_str().unwrap()])).unwrap();
+        assert_eq!(v["prompt_tokens"], p["prompt_tokens"], "{name}: prompt tokens");
+        assert_eq!(v["n_vocab"], fx["meta"]["n_vocab"], "{name}: vocabulary size");
+        assert_eq!(v["argmax"], p["default"]["argmax"], "{name}: top-1 of the final logits");
+    }
+    let o = d.join("x.gguf");
+    let o = o.to_str().unwrap();
+    fail(&["synth", "qwen3-tiny", "--layers", "1", "--out", o], "--layers is for the layouts of real models");
+    fail(&["synth", "llama3-tiny", "--hf-dir", o, "--out", o], "--hf-dir");
+    fail(&["synth", "mistral-tiny"], "--out FILE.gguf is required");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
 fn synth_errors_are_messages() {
     let d = dir("errors");
     let out = d.join("x.gguf");
     let o = out.to_str().unwrap();
     fail(&["synth", "llama-7b", "--out", o], "unknown model 'llama-7b'");
+    fail(&["synth", "llama-7b", "--out", o], "llama3-tiny");
     fail(&["synth", "embeddinggemma-300m", "--layers", "25", "--out", o], "24 layers");
     fail(&["synth", "gemma3-270m"], "--out");
     fail(&["synth", "gemma3-270m", "--layers", "0", "--out", o], "--layers 0");

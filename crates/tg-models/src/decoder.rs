@@ -13,7 +13,9 @@
 
 use crate::gemma3::{Logits, WeightShapes};
 use crate::plans::PlanCache;
-use crate::{check_inputs, input_error, CompileTimes, Detect, Dim, ElemType, GenTimings, Generate, GgufWeights, InputProblem, Model, ModelError, OpenOptions, SamplingParams, TensorSpec};
+use crate::{
+    check_inputs, input_error, CompileTimes, Detect, Dim, ElemType, GenTimings, Generate, GgufWeights, InputProblem, Model, ModelError, OpenOptions, SamplingParams, TensorSpec,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

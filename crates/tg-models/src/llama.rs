@@ -171,7 +171,9 @@ impl LlamaConfig {
         let factor = opt_f("rope.scaling.factor")?;
         let rope_scaling = match f.get(&key("rope.scaling.type")).map(|_| f.get_str(&key("rope.scaling.type"))).transpose()? {
             None | Some("none") => RopeScaling::None,
-            Some("linear") => RopeScaling::Linear { factor: factor.filter(|&x| x > 0.0).ok_or_else(|| unhandled(f, &key("rope.scaling.factor"), "linear scaling needs a positive factor"))? },
+            Some("linear") => {
+                RopeScaling::Linear { factor: factor.filter(|&x| x > 0.0).ok_or_else(|| unhandled(f, &key("rope.scaling.factor"), "linear scaling needs a positive factor"))? }
+            }
             Some("yarn") => RopeScaling::Yarn {
                 factor: factor.filter(|&x| x > 0.0).ok_or_else(|| unhandled(f, &key("rope.scaling.factor"), "YaRN needs a positive factor"))?,
                 original_context: opt_u("rope.scaling.original_context_length")?.unwrap_or(context_length) as f64,
@@ -183,7 +185,7 @@ impl LlamaConfig {
             Some(_) => return Err(unhandled(f, &key("rope.scaling.type"), "known types: none, linear, yarn")),
         };
         let rope_scaling = match rope_scaling {
-            RopeScaling::Linear { factor } if factor == 1.0 => RopeScaling::None,
+            RopeScaling::Linear { factor: 1.0 } => RopeScaling::None,
             s => s,
         };
         let n_vocab = f.tensor("token_embd.weight")?.dims.get(1).copied().unwrap_or(0) as usize;
@@ -281,8 +283,9 @@ impl Ctx<'_> {
     }
 
     /// Queries or keys `[seq, heads · hd]` → per-head norm (Qwen3) → RoPE, `[seq, heads, hd]`.
-    fn rotate(&mut self, x: Tensor, l: usize, which: &str, seq: usize, heads: usize, cos: Tensor, sin: Tensor) -> Result<Tensor, ModelError> {
+    fn rotate(&mut self, x: Tensor, l: usize, which: &str, heads: usize, (cos, sin): (Tensor, Tensor)) -> Result<Tensor, ModelError> {
         let hd = self.cfg.head_dim;
+        let seq = self.b.shape(x)[0];
         let mut x = self.b.reshape(x, &[seq, heads, hd])?;
         if self.cfg.qk_norm {
             x = self.rms_norm(x, &format!("blk.{l}.attn_{which}_norm.weight"), hd)?;
@@ -294,15 +297,15 @@ impl Ctx<'_> {
     }
 
     /// One transformer block on the residual stream `x: [seq, n_embd]`.
-    fn block(&mut self, l: usize, x: Tensor, seq: usize, cos: Tensor, sin: Tensor, mask: Tensor) -> Result<Tensor, ModelError> {
+    fn block(&mut self, l: usize, x: Tensor, (cos, sin): (Tensor, Tensor), mask: Tensor) -> Result<Tensor, ModelError> {
         let cfg = self.cfg;
         let (d, hd, nh, nkv, ff) = (cfg.n_embd, cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_ff);
         let h = self.rms_norm(x, &format!("blk.{l}.attn_norm.weight"), d)?;
         let q = self.projection(h, l, "attn_q", nh * hd, cfg.qkv_bias)?;
         let k = self.projection(h, l, "attn_k", nkv * hd, cfg.qkv_bias)?;
         let v = self.projection(h, l, "attn_v", nkv * hd, cfg.qkv_bias)?;
-        let q = self.rotate(q, l, "q", seq, nh, cos, sin)?;
-        let k = self.rotate(k, l, "k", seq, nkv, cos, sin)?;
+        let q = self.rotate(q, l, "q", nh, (cos, sin))?;
+        let k = self.rotate(k, l, "k", nkv, (cos, sin))?;
         let heads = layers::Heads { n_head: nh, n_head_kv: nkv, head_dim: hd };
         let o = layers::attention(&mut self.b, q, k, v, Some(mask), heads, 1.0 / (hd as f64).sqrt())?;
         let wo = self.weight(&format!("blk.{l}.attn_output.weight"), &[d, nh * hd])?;
@@ -333,7 +336,7 @@ pub fn build_graph(cfg: &LlamaConfig, weights: &dyn WeightShapes, seq: usize, lo
     let (cos, sin) = layers::rope_tables_scaled(&mut c.b, seq, cfg.head_dim, cfg.rope_base as f64, cfg.rope_scaling, factors)?;
     let mask = layers::causal_mask(&mut c.b, seq, cfg.sliding_window)?;
     for l in 0..cfg.n_layer {
-        x = c.block(l, x, seq, cos, sin, mask)?;
+        x = c.block(l, x, (cos, sin), mask)?;
     }
     let x = match logits {
         Logits::Last => c.b.slice(x, 0, seq - 1, seq)?,
@@ -386,8 +389,26 @@ fn from_gguf(f: &GgufFile) -> Result<Box<dyn DecoderArch>, ModelError> {
 }
 
 /// Registry entry: Llama 2 / 3 and Mistral GGUF files (`general.architecture = llama`).
-pub const LLAMA: ModelKind = ModelKind { name: "llama", what: "a Llama or Mistral GGUF file (general.architecture = llama)", detect: crate::decoder::detect, open: crate::decoder::open_model, decoder: Some(from_gguf) };
+pub const LLAMA: ModelKind = ModelKind {
+    name: "llama",
+    what: "a Llama or Mistral GGUF file (general.architecture = llama)",
+    detect: crate::decoder::detect,
+    open: crate::decoder::open_model,
+    decoder: Some(from_gguf),
+};
 /// Registry entry: Qwen2 / Qwen2.5 GGUF files.
-pub const QWEN2: ModelKind = ModelKind { name: "qwen2", what: "a Qwen2 or Qwen2.5 GGUF file (general.architecture = qwen2)", detect: crate::decoder::detect, open: crate::decoder::open_model, decoder: Some(from_gguf) };
+pub const QWEN2: ModelKind = ModelKind {
+    name: "qwen2",
+    what: "a Qwen2 or Qwen2.5 GGUF file (general.architecture = qwen2)",
+    detect: crate::decoder::detect,
+    open: crate::decoder::open_model,
+    decoder: Some(from_gguf),
+};
 /// Registry entry: Qwen3 GGUF files.
-pub const QWEN3: ModelKind = ModelKind { name: "qwen3", what: "a Qwen3 GGUF file (general.architecture = qwen3)", detect: crate::decoder::detect, open: crate::decoder::open_model, decoder: Some(from_gguf) };
+pub const QWEN3: ModelKind = ModelKind {
+    name: "qwen3",
+    what: "a Qwen3 GGUF file (general.architecture = qwen3)",
+    detect: crate::decoder::detect,
+    open: crate::decoder::open_model,
+    decoder: Some(from_gguf),
+};

@@ -155,13 +155,21 @@ impl LanguageModel {
         SessionInfo { tokens: s.tokens.len(), capacity: s.capacity, states: s.layout.clone(), bytes: s.states.bytes(), reused: s.reused, derivation: s.derivation.clone() }
     }
 
-    /// The capacity step that holds `len` tokens.
+    /// The capacity step that holds `len` tokens. Clamped to the context length, a step
+    /// may land on the extent of a weight axis (a context of 2048 beside `n_ff = 2048`), which
+    /// the derivation refuses (it could not tell the sequence axis from that one): it then
+    /// takes the largest smaller capacity that is no weight extent and still holds `len`.
     fn capacity_for(&self, len: usize) -> usize {
         let mut c = BASE_CAPACITY;
         while c < len {
             c *= 2;
         }
-        c.min(self.context_length().max(len))
+        let mut c = c.min(self.context_length().max(len));
+        let extents: BTreeSet<usize> = self.arch().expected_tensors().into_iter().flat_map(|(_, shape)| shape).collect();
+        while extents.contains(&c) && c > len {
+            c -= 1;
+        }
+        c
     }
 
     /// The derived graph of a run appending `k` tokens to a sequence of capacity `cap`, with

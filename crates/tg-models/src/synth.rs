@@ -23,6 +23,11 @@
 //! Transformers checkpoint (`config.json` of a `Gemma3ForCausalLM` text model matching the
 //! GGUF metadata, and `model.safetensors` under Hugging Face names, RMSNorm weights with
 //! the 1 taken out again), so another implementation can run the very same function.
+//!
+//! [`write_tiny`] writes a [`TinyModel`] from scratch rather than from a layout: a toy-sized
+//! Llama 3, Mistral, Qwen3 or RoPE-scaled Llama GGUF file (n_embd 128, a real tokenizer of
+//! about 300 tokens), the same bytes for the same seed on every platform. llama.cpp's logits
+//! on these files are the fixtures of `tests/fixtures/llama_cpp/synth/`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -1194,6 +1199,535 @@ pub fn write_folder(layout: &FolderLayout, opts: &SynthOptions, dir: &Path) -> R
     Ok((count, bytes))
 }
 
+// ---------------------------------------------------------------------------------------
+// Tiny Llama-family checkpoints, written from scratch (`tg synth llama3-tiny` …).
+
+/// A tiny Llama-family model that `tg synth` writes from scratch (no layout of a real file):
+/// the metadata, tensor names and tokenizer of a real family at a toy size (n_embd 128, two
+/// or three layers, a vocabulary of about 300 tokens), seeded random weights in a mix of
+/// ggml types. Made to be run by llama.cpp and by this engine on the very same file
+/// (`tests/fixtures/llama_cpp/synth/`, `docs/fixtures.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TinyModel {
+    /// `llama`, Llama 3.1 style: grouped-query attention (4 query / 2 kv heads of 32),
+    /// RoPE base 500000 with Llama 3.1 frequency factors (`rope_freqs.weight`), a separate
+    /// `output.weight`, byte-level BPE (`llama-bpe`) with `<|begin_of_text|>` added; F16
+    /// matrices but a Q8_0 embedding and a Q6_K `ffn_down` in the second layer.
+    Llama3,
+    /// `llama`, Mistral 7B style: `attention.sliding_window`, one kv head for 4 query heads,
+    /// the output tied to the embedding, a SentencePiece vocabulary with byte fallback
+    /// (`tokenizer.ggml.model = llama`, `<s>` added, a space prefix).
+    Mistral,
+    /// `qwen3`: per-head RMSNorm of queries and keys, heads of 64 (`attention.key_length`, so
+    /// 4 · 64 ≠ n_embd 128), NEOX RoPE with base 1e6, tied output, byte-level BPE (`qwen2`) with
+    /// `<|im_start|>`, `<|im_end|>` and the user-defined `<think>`, `</think>`; no BOS.
+    Qwen3,
+    /// `llama` with linear RoPE scaling (`rope.scaling.type = linear`, factor 4); F16
+    /// matrices (the embedding Q8_0), so llama.cpp's own rounding stays small.
+    LlamaLinear,
+    /// `llama` with YaRN (`rope.scaling.type = yarn`, factor 4, original context 64); the
+    /// weights of [`TinyModel::LlamaLinear`] (same seed, same names and types).
+    LlamaYarn,
+}
+
+/// The vocabulary of a [`TinySpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TinyVocab {
+    /// Byte-level BPE, `tokenizer.ggml.pre = llama-bpe`, Llama 3's special tokens.
+    Llama3,
+    /// Byte-level BPE, `tokenizer.ggml.pre = qwen2`, Qwen's special tokens.
+    Qwen,
+    /// SentencePiece (`tokenizer.ggml.model = llama`): `<unk>`, `<s>`, `</s>`, byte tokens.
+    Spm,
+}
+
+/// Llama 3.1's RoPE frequency factors (`rope_freqs.weight`), as `convert_hf_to_gguf.py`
+/// computes them from `rope_scaling` (`rope_type: llama3`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3RopeFactors {
+    /// `factor`: the divisor of the low frequencies.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings` (8192 in Llama 3.1; small here, so the factors
+    /// change angles within a short test sequence).
+    pub original_context: f64,
+}
+
+impl Llama3RopeFactors {
+    /// The `head_dim / 2` divisors of the pair frequencies `base^(-2i/head_dim)`: 1 for
+    /// wavelengths below `original_context / high_freq_factor`, `factor` above
+    /// `original_context / low_freq_factor`, a smooth blend between.
+    pub fn divisors(&self, head_dim: usize, base: f64) -> Vec<f32> {
+        let (low_wl, high_wl) = (self.original_context / self.low_freq_factor, self.original_context / self.high_freq_factor);
+        (0..head_dim / 2)
+            .map(|i| {
+                let freq = 1.0 / base.powf((2 * i) as f64 / head_dim as f64);
+                let wl = 2.0 * std::f64::consts::PI / freq;
+                let d = if wl < high_wl {
+                    1.0
+                } else if wl > low_wl {
+                    self.factor
+                } else {
+                    let smooth = (self.original_context / wl - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor);
+                    1.0 / ((1.0 - smooth) / self.factor + smooth)
+                };
+                d as f32
+            })
+            .collect()
+    }
+}
+
+/// Everything [`write_tiny`] needs to write a [`TinyModel`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TinySpec {
+    /// `general.architecture`.
+    pub arch: &'static str,
+    /// `general.name`.
+    pub name: &'static str,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// FFN inner size.
+    pub n_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Write `attention.key_length` / `value_length` (else the head dimension is
+    /// `n_embd / n_head`, as llama.cpp and this engine both assume).
+    pub key_length: bool,
+    /// `context_length`.
+    pub context_length: usize,
+    /// `rope.freq_base`.
+    pub rope_base: f32,
+    /// `attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// `attention.sliding_window`.
+    pub sliding_window: Option<usize>,
+    /// `rope.scaling.type`, `rope.scaling.factor` and `rope.scaling.original_context_length`.
+    pub rope_scaling: Option<(&'static str, f32, Option<usize>)>,
+    /// A `rope_freqs.weight` tensor with these Llama 3.1 factors.
+    pub rope_factors: Option<Llama3RopeFactors>,
+    /// No `output.weight`: the output head is the embedding table.
+    pub tied_output: bool,
+    /// `blk.N.attn_q_norm.weight` / `attn_k_norm.weight` (Qwen3).
+    pub qk_norm: bool,
+    /// The vocabulary.
+    pub vocab: TinyVocab,
+    /// ggml type of each matrix: by full tensor name first, else by its name without
+    /// `blk.N.` and `.weight` (`token_embd`, `output`, `attn_q`, …, `ffn_down`).
+    pub types: &'static [(&'static str, GgmlType)],
+    /// Scale of `output_norm.weight` (`scale · (1 + N(0, 0.1))`): spreads the logits so
+    /// greedy choices are rarely near ties.
+    pub output_norm_scale: f32,
+}
+
+impl TinyModel {
+    /// Every tiny model.
+    pub const ALL: [TinyModel; 5] = [TinyModel::Llama3, TinyModel::Mistral, TinyModel::Qwen3, TinyModel::LlamaLinear, TinyModel::LlamaYarn];
+
+    /// The name `tg synth` knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            TinyModel::Llama3 => "llama3-tiny",
+            TinyModel::Mistral => "mistral-tiny",
+            TinyModel::Qwen3 => "qwen3-tiny",
+            TinyModel::LlamaLinear => "llama-linear-tiny",
+            TinyModel::LlamaYarn => "llama-yarn-tiny",
+        }
+    }
+
+    /// The model called `name`.
+    pub fn from_name(name: &str) -> Option<TinyModel> {
+        TinyModel::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Its configuration.
+    pub fn spec(self) -> TinySpec {
+        use GgmlType::*;
+        let llama = TinySpec {
+            arch: "llama",
+            name: self.name(),
+            n_embd: 128,
+            n_layer: 2,
+            n_ff: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+            key_length: false,
+            context_length: 512,
+            rope_base: 10_000.0,
+            rms_eps: 1e-5,
+            sliding_window: None,
+            rope_scaling: None,
+            rope_factors: None,
+            tied_output: false,
+            qk_norm: false,
+            vocab: TinyVocab::Llama3,
+            types: &[("token_embd", Q8_0), ("output", F16)],
+            output_norm_scale: 3.0,
+        };
+        match self {
+            TinyModel::Llama3 => TinySpec {
+                rope_base: 500_000.0,
+                rope_factors: Some(Llama3RopeFactors { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 64.0 }),
+                types: &[("token_embd", Q8_0), ("output", F16), ("blk.1.ffn_down", Q6_K)],
+                ..llama
+            },
+            TinyModel::Mistral => TinySpec {
+                n_head_kv: 1,
+                sliding_window: Some(64),
+                tied_output: true,
+                vocab: TinyVocab::Spm,
+                types: &[("token_embd", F16), ("attn_q", Q5_0), ("attn_k", Q5_0), ("attn_v", Q8_0), ("attn_output", F16), ("ffn_gate", Q8_0), ("ffn_up", Q8_0), ("ffn_down", Q4_K)],
+                ..llama
+            },
+            TinyModel::Qwen3 => TinySpec {
+                arch: "qwen3",
+                n_layer: 3,
+                head_dim: 64,
+                key_length: true,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-6,
+                tied_output: true,
+                qk_norm: true,
+                vocab: TinyVocab::Qwen,
+                types: &[
+                    ("token_embd", Q8_0),
+                    ("attn_q", Q8_0),
+                    ("attn_k", F16),
+                    ("attn_v", Q5_0),
+                    ("attn_output", Q4_K),
+                    ("ffn_gate", F16),
+                    ("ffn_up", Q8_0),
+                    ("ffn_down", Q6_K),
+                    ("blk.2.ffn_down", Q4_K),
+                ],
+                ..llama
+            },
+            TinyModel::LlamaLinear => TinySpec { rope_scaling: Some(("linear", 4.0, None)), ..llama },
+            TinyModel::LlamaYarn => TinySpec { rope_scaling: Some(("yarn", 4.0, Some(64))), ..llama },
+        }
+    }
+}
+
+/// Neutral merges of the tiny vocabularies (`' '` a space, `'\n'` a newline), highest
+/// priority first: byte-level BPE merges (`Ġ t`, …) or SentencePiece pieces (`▁t`, …, scored
+/// by rank) are made from them.
+const TINY_MERGES: &[(&str, &str)] = &[
+    (" ", "t"),
+    ("h", "e"),
+    ("i", "n"),
+    (" ", "a"),
+    ("e", "r"),
+    ("o", "n"),
+    (" t", "he"),
+    ("r", "e"),
+    ("a", "t"),
+    (" ", "s"),
+    ("e", "n"),
+    (" ", "o"),
+    ("o", "r"),
+    (" ", "c"),
+    ("i", "s"),
+    (" ", "w"),
+    ("a", "n"),
+    ("e", "s"),
+    (" ", "f"),
+    (" ", "p"),
+    ("i", "t"),
+    ("a", "l"),
+    (" ", "b"),
+    ("in", "g"),
+    (" o", "f"),
+    (" ", "m"),
+    ("e", "d"),
+    (" ", "i"),
+    ("o", "u"),
+    (" ", "d"),
+    ("a", "p"),
+    (" c", "ap"),
+    ("it", "al"),
+    (" cap", "ital"),
+    (" ", "F"),
+    ("r", "an"),
+    ("c", "e"),
+    (" F", "ran"),
+    (" Fran", "ce"),
+    (" i", "s"),
+    (" ", " "),
+    ("  ", "  "),
+    ("\n", "\n"),
+    (" ", "n"),
+    ("r", "n"),
+    ("re", "t"),
+    ("u", "rn"),
+    ("ret", "urn"),
+    (" ", "return"),
+    ("d", "e"),
+    ("de", "f"),
+    ("f", "i"),
+    ("b", "on"),
+    ("fi", "bon"),
+    ("a", "c"),
+    ("c", "i"),
+    ("ac", "ci"),
+    ("fibon", "acci"),
+    (" ", "fibonacci"),
+    (" ", "T"),
+    (" T", "he"),
+    (" w", "h"),
+    (" wh", "at"),
+    (" ", "W"),
+    (" W", "h"),
+    (" Wh", "at"),
+    (" ", "y"),
+    (" y", "ou"),
+    ("?", "\n"),
+];
+
+/// GPT-2's byte-to-character table (`bytes_to_unicode`): `(byte, char)` in GPT-2's order
+/// (the printable bytes first), so token ids 0..256 are those of GPT-2 / Llama 3 / Qwen.
+fn gpt2_byte_chars() -> Vec<(u8, char)> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let mut v: Vec<(u8, char)> = (0..256u32).filter(|&b| printable(b)).map(|b| (b as u8, char::from_u32(b).unwrap_or('?'))).collect();
+    for (n, b) in (0..256u32).filter(|&b| !printable(b)).enumerate() {
+        v.push((b as u8, char::from_u32(256 + n as u32).unwrap_or('?')));
+    }
+    v
+}
+
+/// A tiny vocabulary as GGUF metadata entries (`tokenizer.*`), in file order.
+fn tiny_vocab_metadata(vocab: TinyVocab) -> Result<Vec<(String, Value)>, SynthError> {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut types: Vec<i32> = Vec::new();
+    let mut scores: Vec<f32> = Vec::new();
+    let mut meta: Vec<(String, Value)> = Vec::new();
+    let push = |tokens: &mut Vec<String>, types: &mut Vec<i32>, scores: &mut Vec<f32>, t: String, ty: i32, s: f32| -> Result<u32, SynthError> {
+        if tokens.contains(&t) {
+            return Err(layout_err(format!("tiny vocabulary: token {t:?} twice")));
+        }
+        tokens.push(t);
+        types.push(ty);
+        scores.push(s);
+        Ok(tokens.len() as u32 - 1)
+    };
+    match vocab {
+        TinyVocab::Llama3 | TinyVocab::Qwen => {
+            let table = gpt2_byte_chars();
+            let mut map = [' '; 256];
+            for &(b, c) in &table {
+                map[b as usize] = c;
+            }
+            let enc = |s: &str| s.bytes().map(|b| map[b as usize]).collect::<String>();
+            for &(_, c) in &table {
+                push(&mut tokens, &mut types, &mut scores, c.to_string(), 1, 0.0)?;
+            }
+            let mut merges = Vec::new();
+            for &(a, b) in TINY_MERGES {
+                let (ea, eb) = (enc(a), enc(b));
+                if !tokens.contains(&ea) || !tokens.contains(&eb) {
+                    return Err(layout_err(format!("tiny vocabulary: merge ({a:?}, {b:?}) of pieces that are not tokens")));
+                }
+                merges.push(format!("{ea} {eb}"));
+                let joined = format!("{ea}{eb}");
+                if !tokens.contains(&joined) {
+                    push(&mut tokens, &mut types, &mut scores, joined, 1, 0.0)?;
+                }
+            }
+            let (pre, specials): (&str, &[(&str, i32)]) = match vocab {
+                TinyVocab::Llama3 => ("llama-bpe", &[("<|begin_of_text|>", 3), ("<|end_of_text|>", 3), ("<|start_header_id|>", 3), ("<|end_header_id|>", 3), ("<|eot_id|>", 3)]),
+                _ => ("qwen2", &[("<|endoftext|>", 3), ("<|im_start|>", 3), ("<|im_end|>", 3), ("<think>", 4), ("</think>", 4)]),
+            };
+            for &(t, ty) in specials {
+                push(&mut tokens, &mut types, &mut scores, t.to_string(), ty, 0.0)?;
+            }
+            let id = |t: &str| tokens.iter().position(|x| x == t).map(|i| i as u32).ok_or_else(|| layout_err(format!("no token {t:?}")));
+            meta.push((keys::MODEL.into(), Value::from("gpt2")));
+            meta.push((keys::PRE.into(), Value::from(pre)));
+            meta.push((keys::TOKENS.into(), Value::from(tokens.clone())));
+            meta.push((keys::TOKEN_TYPE.into(), Value::from(types.clone())));
+            meta.push((keys::MERGES.into(), Value::from(merges)));
+            if vocab == TinyVocab::Llama3 {
+                meta.push((keys::BOS.into(), Value::U32(id("<|begin_of_text|>")?)));
+                meta.push((keys::EOS.into(), Value::U32(id("<|end_of_text|>")?)));
+            } else {
+                let eot = id("<|endoftext|>")?;
+                meta.push((keys::EOS.into(), Value::U32(id("<|im_end|>")?)));
+                meta.push((keys::PAD.into(), Value::U32(eot)));
+                meta.push((keys::BOS.into(), Value::U32(eot)));
+                meta.push((keys::ADD_BOS.into(), Value::Bool(false)));
+            }
+        }
+        TinyVocab::Spm => {
+            push(&mut tokens, &mut types, &mut scores, "<unk>".into(), 2, 0.0)?;
+            push(&mut tokens, &mut types, &mut scores, "<s>".into(), 3, 0.0)?;
+            push(&mut tokens, &mut types, &mut scores, "</s>".into(), 3, 0.0)?;
+            for b in 0..256 {
+                push(&mut tokens, &mut types, &mut scores, format!("<0x{b:02X}>"), 6, 0.0)?;
+            }
+            // Pieces of printable ASCII only ('\n' and anything else falls back to bytes).
+            let enc = |s: &str| s.replace(' ', "\u{2581}");
+            let spm_char = |c: char| c == ' ' || c.is_ascii_graphic();
+            let mut rank = 0u32;
+            for &(a, b) in TINY_MERGES {
+                let joined = enc(&format!("{a}{b}"));
+                if !format!("{a}{b}").chars().all(spm_char) || tokens.contains(&joined) {
+                    continue;
+                }
+                push(&mut tokens, &mut types, &mut scores, joined, 1, -(rank as f32))?;
+                rank += 1;
+            }
+            let chars = std::iter::once('\u{2581}').chain((b'!'..=b'~').map(char::from));
+            for (j, c) in chars.enumerate() {
+                if !tokens.contains(&c.to_string()) {
+                    push(&mut tokens, &mut types, &mut scores, c.to_string(), 1, -1000.0 - j as f32)?;
+                }
+            }
+            meta.push((keys::MODEL.into(), Value::from("llama")));
+            meta.push((keys::TOKENS.into(), Value::from(tokens.clone())));
+            meta.push((keys::SCORES.into(), Value::from(scores.clone())));
+            meta.push((keys::TOKEN_TYPE.into(), Value::from(types.clone())));
+            meta.push((keys::BOS.into(), Value::U32(1)));
+            meta.push((keys::EOS.into(), Value::U32(2)));
+            meta.push((keys::UNK.into(), Value::U32(0)));
+            meta.push((keys::ADD_BOS.into(), Value::Bool(true)));
+            meta.push((keys::ADD_EOS.into(), Value::Bool(false)));
+        }
+    }
+    Ok(meta)
+}
+
+/// Approximately standard normal values from sums of four uniforms (Irwin–Hall), with
+/// nothing but IEEE arithmetic, so the bytes do not depend on the platform's `ln`/`cos`.
+struct IrwinHall(ChaCha8Rng);
+
+impl IrwinHall {
+    fn sample(&mut self) -> f32 {
+        use rand::RngCore;
+        let s: f64 = (0..4).map(|_| (self.0.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)).sum();
+        ((s - 2.0) * 3f64.sqrt()) as f32
+    }
+}
+
+/// One tensor of a tiny model: name, ggml dims, type, values.
+type TinyTensor = (String, Vec<u64>, GgmlType, Vec<f32>);
+
+/// The tensors of a tiny model in file order.
+fn tiny_tensors(spec: &TinySpec, n_vocab: usize, seed: u64) -> Result<Vec<TinyTensor>, SynthError> {
+    let (d, hd, ff) = (spec.n_embd, spec.head_dim, spec.n_ff);
+    let (q, kv) = (spec.n_head * hd, spec.n_head_kv * hd);
+    let mut names: Vec<(String, Vec<usize>)> = vec![("token_embd.weight".into(), vec![d, n_vocab])];
+    if spec.rope_factors.is_some() {
+        names.push(("rope_freqs.weight".into(), vec![hd / 2]));
+    }
+    for l in 0..spec.n_layer {
+        let mut layer: Vec<(&str, Vec<usize>)> =
+            vec![("attn_norm", vec![d]), ("attn_q", vec![d, q]), ("attn_k", vec![d, kv]), ("attn_v", vec![d, kv]), ("attn_output", vec![q, d])];
+        if spec.qk_norm {
+            layer.extend([("attn_q_norm", vec![hd]), ("attn_k_norm", vec![hd])]);
+        }
+        layer.extend([("ffn_norm", vec![d]), ("ffn_gate", vec![d, ff]), ("ffn_up", vec![d, ff]), ("ffn_down", vec![ff, d])]);
+        names.extend(layer.into_iter().map(|(n, s)| (format!("blk.{l}.{n}.weight"), s)));
+    }
+    names.push(("output_norm.weight".into(), vec![d]));
+    if !spec.tied_output {
+        names.push(("output.weight".into(), vec![d, n_vocab]));
+    }
+    let mut out = Vec::new();
+    for (name, dims) in names {
+        let n: usize = dims.iter().product();
+        let mut g = IrwinHall(ChaCha8Rng::seed_from_u64(mix(seed, name_hash(&name))));
+        let (ty, values) = if name == "rope_freqs.weight" {
+            let f = spec.rope_factors.ok_or_else(|| layout_err("rope_freqs without factors"))?;
+            (GgmlType::F32, f.divisors(hd, f64::from(spec.rope_base)))
+        } else if dims.len() == 1 {
+            let scale = if name == "output_norm.weight" { spec.output_norm_scale } else { 1.0 };
+            (GgmlType::F32, (0..n).map(|_| scale * (1.0 + (0.1 * g.sample()).clamp(-0.4, 0.4))).collect())
+        } else {
+            let role = name.strip_suffix(".weight").unwrap_or(&name);
+            let short = role.split_once('.').filter(|_| role.starts_with("blk.")).and_then(|(_, r)| r.split_once('.')).map_or(role, |(_, r)| r);
+            let ty = spec.types.iter().find(|(k, _)| *k == role).or_else(|| spec.types.iter().find(|(k, _)| *k == short)).map_or(GgmlType::F16, |&(_, t)| t);
+            let sd = 1.0 / (dims[0] as f32).sqrt();
+            (ty, (0..n).map(|_| sd * g.sample()).collect())
+        };
+        out.push((name, dims.iter().map(|&x| x as u64).collect(), ty, values));
+    }
+    Ok(out)
+}
+
+/// Writes the tiny model `model` with weights from `seed` to `path` (see [`TinyModel`]):
+/// the same model and seed give the same bytes on every platform. Matrices are
+/// `N(0, 1/sqrt(row length))` (approximately normal), RMSNorm weights `1 + N(0, 0.1)`
+/// clamped to `[0.6, 1.4]` (the final one times [`TinySpec::output_norm_scale`]), quantized
+/// with this module's round-to-nearest quantizers.
+pub fn write_tiny(model: TinyModel, seed: u64, path: &Path) -> Result<SynthSummary, SynthError> {
+    write_tiny_spec(model.spec(), seed, path)
+}
+
+/// [`write_tiny`] of a changed [`TinySpec`] (e.g. another context length).
+pub fn write_tiny_spec(spec: TinySpec, seed: u64, path: &Path) -> Result<SynthSummary, SynthError> {
+    let vocab = tiny_vocab_metadata(spec.vocab)?;
+    let n_vocab = vocab.iter().find(|(k, _)| k == keys::TOKENS).and_then(|(_, v)| v.as_array()).map_or(0, <[Value]>::len);
+    let arch = spec.arch;
+    let mut w = GgufWriter::new();
+    let u = |x: usize| Value::U32(x as u32);
+    w.add("general.architecture", arch);
+    w.add("general.type", "model");
+    w.add("general.name", spec.name);
+    w.add(format!("{arch}.block_count"), u(spec.n_layer));
+    w.add(format!("{arch}.context_length"), u(spec.context_length));
+    w.add(format!("{arch}.embedding_length"), u(spec.n_embd));
+    w.add(format!("{arch}.feed_forward_length"), u(spec.n_ff));
+    w.add(format!("{arch}.attention.head_count"), u(spec.n_head));
+    w.add(format!("{arch}.attention.head_count_kv"), u(spec.n_head_kv));
+    w.add(format!("{arch}.rope.freq_base"), Value::F32(spec.rope_base));
+    w.add(format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(spec.rms_eps));
+    if spec.key_length {
+        w.add(format!("{arch}.attention.key_length"), u(spec.head_dim));
+        w.add(format!("{arch}.attention.value_length"), u(spec.head_dim));
+    }
+    if arch == "llama" {
+        w.add(format!("{arch}.vocab_size"), u(n_vocab));
+        w.add(format!("{arch}.rope.dimension_count"), u(spec.head_dim));
+    }
+    if let Some((ty, factor, original)) = spec.rope_scaling {
+        w.add(format!("{arch}.rope.scaling.type"), ty);
+        w.add(format!("{arch}.rope.scaling.factor"), Value::F32(factor));
+        if let Some(o) = original {
+            w.add(format!("{arch}.rope.scaling.original_context_length"), u(o));
+        }
+    }
+    if let Some(win) = spec.sliding_window {
+        w.add(format!("{arch}.attention.sliding_window"), u(win));
+    }
+    w.add("general.quantization_version", Value::U32(2));
+    for (k, v) in vocab {
+        w.add(k, v);
+    }
+    let tensors = tiny_tensors(&spec, n_vocab, seed)?;
+    let mut elements = 0u64;
+    for (name, dims, ty, values) in &tensors {
+        let mut bytes = vec![0u8; ty.row_bytes(values.len()).map_err(|e| layout_err(format!("tensor '{name}': {e}")))?];
+        encode(*ty, values, &mut bytes)?;
+        elements += values.len() as u64;
+        w.add_tensor(name.clone(), dims, *ty, bytes);
+    }
+    let image = w.to_bytes()?;
+    let bytes = image.len() as u64;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| SynthError::Io { path: dir.to_path_buf(), source })?;
+    }
+    std::fs::write(path, image).map_err(|source| SynthError::Io { path: path.to_path_buf(), source })?;
+    Ok(SynthSummary { tensors: tensors.len(), elements, bytes, vocab: n_vocab })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1330,6 +1864,52 @@ mod tests {
         let vocab = &json["model"]["vocab"];
         let id = |w: &str| vocab[w].as_u64().unwrap() as u32;
         assert_eq!(ids, vec![2, id("a"), id("ab"), id("<unk>"), 1]);
+    }
+
+    #[test]
+    fn gpt2_byte_table() {
+        let t = gpt2_byte_chars();
+        assert_eq!(t.len(), 256);
+        assert_eq!(t.iter().map(|p| p.0).collect::<HashSet<_>>().len(), 256);
+        assert_eq!(t.iter().map(|p| p.1).collect::<HashSet<_>>().len(), 256);
+        // GPT-2's: '!' is id 0, a space is 'Ġ' (U+0120), a newline 'Ċ' (U+010A).
+        assert_eq!(t[0], (b'!', '!'));
+        assert!(t.contains(&(b' ', '\u{120}')) && t.contains(&(b'\n', '\u{10A}')));
+    }
+
+    #[test]
+    fn tiny_models_load_and_tokenize() {
+        let dir = std::env::temp_dir().join(format!("tg-synth-tiny-{}", std::process::id()));
+        for m in TinyModel::ALL {
+            assert_eq!(TinyModel::from_name(m.name()), Some(m));
+            let path = dir.join(format!("{}.gguf", m.name()));
+            let s = write_tiny(m, 3, &path).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(bytes.len() as u64, s.bytes);
+            write_tiny(m, 3, &path).unwrap();
+            assert!(std::fs::read(&path).unwrap() == bytes, "{}: same seed, different bytes", m.name());
+            write_tiny(m, 4, &path).unwrap();
+            assert!(std::fs::read(&path).unwrap() != bytes, "{}: another seed, same bytes", m.name());
+            let f = GgufFile::open(&path).unwrap();
+            let spec = m.spec();
+            let cfg = crate::LlamaConfig::from_gguf(&f).unwrap();
+            assert_eq!((cfg.arch, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim), (spec.arch, 128, spec.n_layer, 4, spec.n_head_kv, spec.head_dim));
+            assert_eq!(
+                (cfg.tied_output, cfg.qk_norm, cfg.rope_freq_factors, cfg.sliding_window),
+                (spec.tied_output, spec.qk_norm, spec.rope_factors.is_some(), spec.sliding_window)
+            );
+            assert_eq!(cfg.n_vocab, s.vocab);
+            let tok = tg_tokenizer::Tokenizer::from_gguf(&f).unwrap();
+            let ids = tok.encode("The capital of France is", true, true);
+            assert!(ids.len() >= 5 && ids.len() <= 8, "{}: {ids:?}", m.name());
+            assert_eq!(tok.decode(&ids, false).unwrap().trim_start(), "The capital of France is");
+            // A merged piece is one token.
+            assert!(ids.contains(&tok.token_id(if spec.vocab == TinyVocab::Spm { "\u{2581}capital" } else { "\u{120}capital" }).unwrap()));
+        }
+        let l3 = Llama3RopeFactors { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 64.0 }.divisors(32, 500_000.0);
+        assert_eq!((l3.len(), l3[0], l3[1], l3[15]), (16, 1.0, 1.0, 8.0));
+        assert!(l3[2] > 1.0 && l3[2] < 8.0, "{l3:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

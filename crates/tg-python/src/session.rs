@@ -123,6 +123,7 @@ impl ModelSession {
     }
 
     /// Runs `f` on the model's generate capability with the GIL released.
+    #[allow(clippy::result_large_err)]
     fn generating(&self, py: Python<'_>, f: impl FnOnce(&mut dyn tg_models::Generate) -> Result<String, tg_models::ModelError> + Send) -> PyResult<String> {
         let model = self.model.clone();
         Ok(py.detach(move || {
@@ -218,7 +219,7 @@ impl ModelSession {
 
     /// Generates text after `prompt` (the `generate` capability; see `LanguageModel.generate`).
     #[pyo3(signature = (prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=0.95, seed=0, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
     fn generate(&self, py: Python<'_>, prompt: String, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64, min_p: f32, repeat_penalty: f32, stop: Vec<String>) -> PyResult<String> {
         if !self.capabilities.contains(&"generate") {
             return Err(self.unsupported("generate text"));
@@ -230,7 +231,7 @@ impl ModelSession {
     /// The assistant's reply to `messages` (a list of `{"role", "content"}` dicts) through
     /// the model's chat template (the `generate` capability; see `LanguageModel.chat`).
     #[pyo3(signature = (messages, max_tokens=256, temperature=0.0, top_k=40, top_p=0.95, seed=0, min_p=0.05, repeat_penalty=1.0, stop=Vec::new()))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::result_large_err)]
     fn chat(&self, py: Python<'_>, messages: &Bound<'_, PyAny>, max_tokens: usize, temperature: f32, top_k: usize, top_p: f32, seed: u64, min_p: f32, repeat_penalty: f32, stop: Vec<String>) -> PyResult<String> {
         if !self.capabilities.contains(&"generate") {
             return Err(self.unsupported("chat"));
