@@ -109,12 +109,16 @@ fn missing_tensors_and_wrong_shapes_are_named() {
     variant(&m, &shape, |_, v| Some(v.clone()), |n, d| Some(if n == "blk.0.attn_q_norm.weight" { vec![128] } else { d.to_vec() }));
     expect_error(&["generate", "-m", shape.to_str().unwrap(), "--prompt", "x"], "blk.0.attn_q_norm.weight");
     let arch = tmp("wrong-arch.gguf");
-    variant(&m, &arch, |k, v| Some(if k == "general.architecture" { Value::String("llama".into()) } else { v.clone() }), |_, d| Some(d.to_vec()));
-    expect_error(&["generate", "-m", arch.to_str().unwrap(), "--prompt", "x"], "architecture");
+    variant(&m, &arch, |k, v| Some(if k == "general.architecture" { Value::String("mamba".into()) } else { v.clone() }), |_, d| Some(d.to_vec()));
+    expect_error(&["generate", "-m", arch.to_str().unwrap(), "--prompt", "x"], "architecture 'mamba' is not one this build runs (it runs: gemma3, llama, qwen2, qwen3)");
+    // An architecture we run, whose keys the file lacks: the missing key is named.
+    let relabelled = tmp("relabelled.gguf");
+    variant(&m, &relabelled, |k, v| Some(if k == "general.architecture" { Value::String("llama".into()) } else { v.clone() }), |_, d| Some(d.to_vec()));
+    expect_error(&["generate", "-m", relabelled.to_str().unwrap(), "--prompt", "x"], "llama.");
     let short = tmp("short-context.gguf");
     variant(&m, &short, |k, v| Some(if k == "gemma3.context_length" { Value::U32(8) } else { v.clone() }), |_, d| Some(d.to_vec()));
     expect_error(&["generate", "-m", short.to_str().unwrap(), "--prompt", "one two three four five six", "-n", "4"], "context length of 8");
-    for p in [missing, shape, arch, short] {
+    for p in [missing, shape, arch, relabelled, short] {
         let _ = std::fs::remove_file(p);
     }
 }

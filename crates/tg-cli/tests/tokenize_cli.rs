@@ -1,7 +1,9 @@
 //! `tg tokenize` end to end: a small byte-level BPE vocabulary written as a
 //! GGUF file (no model needed: the command reads only the tokenizer
 //! metadata), the real Qwen2.5-Coder and Gemma 3 vocabularies when present,
-//! and bad vocabularies giving a clear error and a non-zero exit.
+//! and bad vocabularies giving a clear error and a non-zero exit. Also the
+//! chat front ends on those files: `tg chat` over two turns and the errors of
+//! `tg generate --messages`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -183,4 +185,59 @@ fn gemma_adds_bos_by_default() {
     let (code, out, err) = tg(&["tokenize", "-m", m, "--special", "<start_of_turn>user"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().map(|l| l.split_whitespace().next().unwrap()).collect::<Vec<_>>(), ["2", "105", "2364"]);
+}
+
+/// `tg chat` keeps the states across turns: the second turn takes the first turn's tokens
+/// from them and processes only its new ones.
+#[test]
+fn chat_two_turns_reuse_the_first() {
+    let Some(q) = qwen() else { return };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tg"))
+        .args(["chat", "-m", q.to_str().unwrap(), "-n", "8", "-t", "2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tg chat");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"Name a prime number.\nAnd another?\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let turns: Vec<(usize, usize)> = err
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("[turn ")?;
+            let n: Vec<usize> = rest.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+            Some((n[1], n[2])) // (prompt tokens, kept from earlier turns)
+        })
+        .collect();
+    eprintln!("{err}");
+    assert_eq!(turns.len(), 2, "{err}");
+    assert_eq!(turns[0].1, 0);
+    assert!(turns[1].1 > turns[0].0 / 2 && turns[1].1 < turns[1].0, "{turns:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}
+
+/// `--messages` errors: no chat template in the file (names `--chat-template`), and a
+/// message list that is wrong (names the entry).
+#[test]
+fn messages_errors_are_clear() {
+    let dir = std::env::temp_dir().join(format!("tg-messages-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.json");
+    std::fs::write(&good, r#"[{"role": "user", "content": "hi"}]"#).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"[{"role": "user", "content": "hi"}, {"content": "no role"}]"#).unwrap();
+    if let Some(g) = gemma() {
+        let (code, _, err) = tg(&["generate", "-m", g.to_str().unwrap(), "--messages", good.to_str().unwrap(), "-n", "1"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("no chat template") && err.contains("--chat-template"), "{err}");
+    }
+    if let Some(q) = qwen() {
+        let (code, _, err) = tg(&["generate", "-m", q.to_str().unwrap(), "--messages", bad.to_str().unwrap(), "-n", "1"]);
+        assert_ne!(code, 0);
+        assert!(err.contains("entry 1") && err.contains("role"), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

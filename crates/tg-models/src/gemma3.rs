@@ -266,6 +266,17 @@ pub enum Logits {
 pub trait WeightShapes {
     /// Row-major shape and dtype of a weight, or an error naming it.
     fn shape_of(&self, name: &str) -> Result<(Vec<usize>, DType), ModelError>;
+
+    /// Weight `name` as a graph input of `b`, which must have shape `expect` (a `[1, n]`
+    /// vector reads as `[n]`); any other shape is an error naming the tensor.
+    fn weight_in(&self, b: &mut GraphBuilder, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
+        let (shape, dtype) = self.shape_of(name)?;
+        let shape = if shape.len() == 2 && shape[0] == 1 && expect.len() == 1 { vec![shape[1]] } else { shape };
+        if shape != expect {
+            return Err(ModelError::Request(format!("tensor '{name}' has shape {shape:?}, the architecture needs {expect:?}")));
+        }
+        Ok(b.weight(name, &shape, dtype)?)
+    }
 }
 
 impl WeightShapes for GgufFile {
@@ -304,12 +315,7 @@ impl Ctx<'_> {
     }
 
     pub(crate) fn weight(&mut self, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
-        let (shape, dtype) = self.w.shape_of(name)?;
-        let shape = if shape.len() == 2 && shape[0] == 1 && expect.len() == 1 { vec![shape[1]] } else { shape };
-        if shape != expect {
-            return Err(ModelError::Request(format!("tensor '{name}' has shape {shape:?}, the architecture needs {expect:?}")));
-        }
-        Ok(self.b.weight(name, &shape, dtype)?)
+        self.w.weight_in(&mut self.b, name, expect)
     }
 
     /// [`layers::rms_norm`] with the model's epsilon.

@@ -262,12 +262,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Weight `name`, which must have shape `expect` (a `[1, n]` vector reads as `[n]`).
     fn weight(&mut self, name: &str, expect: &[usize]) -> Result<Tensor, ModelError> {
-        let (shape, dtype) = self.w.shape_of(name)?;
-        let shape = if shape.len() == 2 && shape[0] == 1 && expect.len() == 1 { vec![shape[1]] } else { shape };
-        if shape != expect {
-            return Err(ModelError::Request(format!("tensor '{name}' has shape {shape:?}, the architecture needs {expect:?}")));
-        }
-        Ok(self.b.weight(name, &shape, dtype)?)
+        self.w.weight_in(&mut self.b, name, expect)
     }
 
     fn rms_norm(&mut self, x: Tensor, name: &str, dim: usize) -> Result<Tensor, ModelError> {

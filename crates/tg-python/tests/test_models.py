@@ -164,7 +164,8 @@ def test_gemma_properties(gemma, gemma_path):
     gemma.logits([gemma.bos_id])
     rep = gemma.explain()
     assert [s["name"] for s in rep["stages"]] == list(tg.STAGES)
-    assert "Gemma3(path=" in repr(gemma)
+    assert "LanguageModel(path=" in repr(gemma) and gemma.config["norm_offset"] == 0.0
+    assert tg.Gemma3 is tg.LanguageModel  # the earlier name still works
 
 
 def test_incremental_generation_equals_recomputing(gemma):
